@@ -1,0 +1,87 @@
+//! `jax::Error`: every engine failure is a value, never a panic.
+//!
+//! The kinds mirror the exception types a JAX user sees (`TypeError`,
+//! `TracerBoolConversionError`, ...) so notebooks read the same; `ename()` gives that name.
+//! Errors raised while tracing carry the user's source line (`#[track_caller]`).
+
+use crate::ir::SourceInfo;
+use std::fmt;
+
+/// The kind of an engine error; `Error::ename` is the JAX exception name it corresponds to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Wrong types or shapes for an operation (JAX: `TypeError`).
+    Type,
+    /// Bad argument values, such as an axis out of range (JAX: `ValueError`).
+    Value,
+    /// A traced value was converted to a Rust bool (JAX: `TracerBoolConversionError`).
+    TracerBoolConversion,
+    /// A traced value was needed as a concrete number (JAX: `ConcretizationTypeError`).
+    Concretization,
+    /// MLIR lowering, a pass pipeline or native code generation failed.
+    Compile,
+    /// Execution failed, or a deleted (donated) array was used (JAX: `RuntimeError`).
+    Runtime,
+    /// The user interrupted engine work (Ctrl-C, Jupyter interrupt).
+    Interrupted,
+}
+
+/// An engine error: a kind, a message, and where in the user's code it arose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub location: Option<SourceInfo>,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error { kind, message: message.into(), location: None }
+    }
+    pub fn type_error(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Type, message)
+    }
+    pub fn value_error(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Value, message)
+    }
+    pub fn compile(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Compile, message)
+    }
+    pub fn runtime(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Runtime, message)
+    }
+    pub fn interrupted() -> Error {
+        Error::new(ErrorKind::Interrupted, "interrupted by the user; the session's variables are kept")
+    }
+    /// Attaches the user's source location (keeps an existing one).
+    pub fn at(mut self, loc: Option<SourceInfo>) -> Error {
+        if self.location.is_none() {
+            self.location = loc;
+        }
+        self
+    }
+
+    /// The JAX exception name: `TypeError`, `TracerBoolConversionError`, ...
+    pub fn ename(&self) -> &'static str {
+        match self.kind {
+            ErrorKind::Type => "TypeError",
+            ErrorKind::Value => "ValueError",
+            ErrorKind::TracerBoolConversion => "TracerBoolConversionError",
+            ErrorKind::Concretization => "ConcretizationTypeError",
+            ErrorKind::Compile => "CompileError",
+            ErrorKind::Runtime => "RuntimeError",
+            ErrorKind::Interrupted => "KeyboardInterrupt",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.ename(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// `Result` with `jax::Error`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

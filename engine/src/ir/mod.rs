@@ -1,0 +1,12 @@
+//! The engine's IR: dtypes, abstract values, jaxprs and their printer.
+//! Invariant: nothing here depends on tracing, lowering or the runtime's execution.
+
+pub mod aval;
+pub mod dtype;
+pub mod jaxpr;
+pub mod pretty;
+
+pub use aval::{ShapeDtypeStruct, ShapedArray};
+pub use dtype::{DType, Scalar};
+pub use jaxpr::{Atom, CallbackId, ClosedJaxpr, Eqn, Jaxpr, Literal, Primitive, SourceInfo, Var};
+pub use pretty::print_jaxpr;

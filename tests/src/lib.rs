@@ -1,0 +1,1 @@
+//! Shared helpers for the cross-crate integration tests in `tests/tests/` and the bench binary.
