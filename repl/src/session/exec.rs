@@ -1,0 +1,423 @@
+//! Running cells: starting the child (context, panic hook, prelude), the execute loop that
+//! streams output and watches for interrupts, child-death recovery, and the
+//! completion/inspection helpers.
+
+use super::child::{self, Ctx, Shared};
+use super::complete::{KEYWORDS, PRELUDE_NAMES, clamp_to_boundary, word_at, word_before};
+use super::magic::{self, MAGICS, Rewrite};
+use super::render;
+use super::slots::Slot;
+use super::{Completions, ExecStatus, Output, Session, SessionOptions, Started, State};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+/// How long an interrupted cell may keep running before the child is killed.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
+/// Creates the context in `slot` and runs the set-up code; used by the start-up thread and
+/// for restarts.
+pub(super) fn start_child(opts: &SessionOptions, slot: &Slot, shared: &Shared) -> Started {
+    let mut ctx = match child::create_context(slot, opts.work_dir.as_deref()) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            return Started { ctx: Err(e), notes: Vec::new() };
+        }
+    };
+    *shared.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(ctx.cmd.process_handle());
+    let notes = run_setup(&mut ctx, opts);
+    Started { ctx: Ok(ctx), notes }
+}
+
+/// Evaluates the prelude (if enabled) and our panic hook in a fresh child. Returns error
+/// outputs to show the user; an empty list means all went well.
+fn run_setup(ctx: &mut Ctx, opts: &SessionOptions) -> Vec<Output> {
+    let hook = child::panic_hook_code();
+    let mut notes = Vec::new();
+    if opts.prelude {
+        if !opts.engine_path.join("Cargo.toml").is_file() {
+            notes.push(render::simple_error(
+                "PreludeError",
+                format!(
+                    "the engine crate was not found at {} (set JAXREPL_ENGINE_DIR); continuing without the engine",
+                    opts.engine_path.display()
+                ),
+            ));
+        } else {
+            let code = format!("{}\n{hook}", child::prelude_code(&opts.engine_path));
+            match eval_quiet(ctx, &code) {
+                Ok(()) => return notes,
+                Err(msg) => notes.push(render::simple_error(
+                    "PreludeError",
+                    format!("the engine prelude failed; continuing without the engine:\n{msg}"),
+                )),
+            }
+        }
+    }
+    if let Err(msg) = eval_quiet(ctx, &hook) {
+        notes.push(render::simple_error("SetupError", format!("installing the panic hook failed:\n{msg}")));
+    }
+    notes
+}
+
+/// Evaluates set-up code, discarding its output; on failure returns the error text with
+/// the child's stderr.
+fn eval_quiet(ctx: &mut Ctx, code: &str) -> Result<(), String> {
+    let result = catch_unwind(AssertUnwindSafe(|| ctx.cmd.execute(code)));
+    let mut stderr = String::new();
+    while let Ok(line) = ctx.outputs.stderr.try_recv() {
+        stderr.push_str(&line);
+        stderr.push('\n');
+    }
+    while ctx.outputs.stdout.try_recv().is_ok() {}
+    match result {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(evcxr::Error::CompilationErrors(errors))) => {
+            let mut text = String::new();
+            for e in &errors {
+                let rendered = e.rendered();
+                text.push_str(&if rendered.is_empty() { e.message() } else { rendered });
+                text.push('\n');
+            }
+            Err(format!("{stderr}{text}"))
+        }
+        Ok(Err(e)) => Err(format!("{stderr}{e}")),
+        Err(_) => Err(format!("{stderr}evcxr panicked")),
+    }
+}
+
+impl Session {
+    /// Waits for the start-up thread (polling the interrupt flag when `interruptible`),
+    /// moving its result into `self.state` and its notes into `self.notes`. Returns false
+    /// if interrupted while waiting.
+    pub(super) fn finish_start(&mut self, interruptible: Option<&Shared>) -> bool {
+        if let State::Starting(handle) = &self.state {
+            while !handle.is_finished() {
+                if let Some(shared) = interruptible
+                    && shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+                {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if let State::Starting(_) = self.state {
+            let State::Starting(handle) = std::mem::replace(&mut self.state, State::Failed(String::new())) else {
+                unreachable!()
+            };
+            match handle.join() {
+                Ok(Started { ctx: Ok(ctx), notes }) => {
+                    self.state = State::Ready(Box::new(ctx));
+                    self.notes.extend(notes);
+                }
+                Ok(Started { ctx: Err(e), notes }) => {
+                    self.state = State::Failed(format!("{e:#}"));
+                    self.notes.extend(notes);
+                }
+                Err(_) => self.state = State::Failed("the start-up thread panicked".into()),
+            }
+        }
+        true
+    }
+
+    pub(super) fn execute_inner(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> ExecStatus {
+        let shared = self.shared.clone();
+        if !self.finish_start(Some(&shared)) {
+            sink(render::simple_error(
+                "Interrupted",
+                "interrupted while the session was still starting (it keeps starting in the background)",
+            ));
+            return ExecStatus::Interrupted;
+        }
+        let mut failed = false;
+        for note in self.notes.drain(..) {
+            failed = true;
+            sink(note);
+        }
+        if let State::Failed(msg) = &self.state {
+            if !msg.is_empty() {
+                sink(render::simple_error("SessionError", format!("{msg}\nTrying to start a new evaluation context...")));
+            }
+            let started = start_child(&self.opts, &self.slot, &self.shared);
+            for note in started.notes {
+                sink(note);
+            }
+            match started.ctx {
+                Ok(ctx) => self.state = State::Ready(Box::new(ctx)),
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    sink(render::simple_error("SessionError", msg.clone()));
+                    self.state = State::Failed(msg);
+                    return ExecStatus::Error;
+                }
+            }
+        }
+        let code = match magic::rewrite(code) {
+            Rewrite::NotMagic => code.to_string(),
+            Rewrite::Error(msg) => {
+                sink(render::simple_error("MagicError", msg));
+                return ExecStatus::Error;
+            }
+            Rewrite::Code(c) if !self.opts.prelude && c.trim() == "jax::magic::help()" => {
+                sink(Output::Display(vec![("text/plain".into(), magic::help_text())]));
+                return if failed { ExecStatus::Error } else { ExecStatus::Ok };
+            }
+            Rewrite::Code(c) => c,
+        };
+        let status = self.run_cell(&code, sink);
+        if failed && status == ExecStatus::Ok { ExecStatus::Error } else { status }
+    }
+
+    /// Evaluates `code` in the ready context, streaming outputs, and handles the result.
+    fn run_cell(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> ExecStatus {
+        let State::Ready(ctx) = &mut self.state else {
+            return ExecStatus::Error;
+        };
+        let vars_before = self.vars.clone();
+        let shared = self.shared.clone();
+        let result = std::thread::scope(|scope| {
+            let cmd = &mut ctx.cmd;
+            let worker = scope.spawn(move || catch_unwind(AssertUnwindSafe(|| cmd.execute(code))));
+            let outs = &ctx.outputs;
+            let mut killed = false;
+            loop {
+                let mut idle = true;
+                while let Ok(line) = outs.stdout.try_recv() {
+                    sink(Output::Stdout(line + "\n"));
+                    idle = false;
+                }
+                while let Ok(line) = outs.stderr.try_recv() {
+                    sink(Output::Stderr(line + "\n"));
+                    idle = false;
+                }
+                if worker.is_finished() {
+                    break;
+                }
+                let asked = *shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(at) = asked
+                    && !killed
+                    && at.elapsed() >= INTERRUPT_GRACE
+                {
+                    killed = shared.signal_child(libc::SIGKILL);
+                }
+                if idle {
+                    if let Ok(line) = outs.stdout.recv_timeout(Duration::from_millis(5)) {
+                        sink(Output::Stdout(line + "\n"));
+                    }
+                }
+            }
+            match worker.join() {
+                Ok(Ok(r)) => Ok(r),
+                _ => Err(()),
+            }
+        });
+        // Lines still in flight from the child's stderr: wait for a short quiet period.
+        let drain_until = Instant::now() + Duration::from_millis(300);
+        while let Ok(line) = ctx.outputs.stdout.try_recv() {
+            sink(Output::Stdout(line + "\n"));
+        }
+        while Instant::now() < drain_until {
+            match ctx.outputs.stderr.recv_timeout(Duration::from_millis(15)) {
+                Ok(line) => sink(Output::Stderr(line + "\n")),
+                Err(_) => break,
+            }
+        }
+        let interrupted = shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        let generated = ctx.cmd.last_source().ok();
+        let status = match result {
+            Ok(Ok(outputs)) => {
+                let (display, errors) = render::split_outputs(outputs.content_by_mime_type, code, generated.as_deref());
+                let had_errors = !errors.is_empty();
+                for e in errors {
+                    sink(e);
+                }
+                if let Some(d) = display {
+                    sink(d);
+                }
+                match (had_errors, interrupted) {
+                    (false, _) => ExecStatus::Ok,
+                    (true, true) => ExecStatus::Interrupted,
+                    (true, false) => ExecStatus::Error,
+                }
+            }
+            Ok(Err(evcxr::Error::CompilationErrors(errors))) => {
+                sink(render::compile_errors(&errors, code));
+                if interrupted { ExecStatus::Interrupted } else { ExecStatus::Error }
+            }
+            Ok(Err(evcxr::Error::SubprocessTerminated(msg))) => {
+                return self.recover_child(&msg, &vars_before, interrupted, sink);
+            }
+            Ok(Err(evcxr::Error::TypeRedefinedVariablesLost(lost))) => {
+                sink(render::simple_error(
+                    "VariablesLost",
+                    format!("redefining a type lost these variables: {}", lost.join(", ")),
+                ));
+                ExecStatus::Error
+            }
+            Ok(Err(other)) => {
+                sink(render::simple_error("Error", other.to_string()));
+                if interrupted { ExecStatus::Interrupted } else { ExecStatus::Error }
+            }
+            Err(()) => {
+                // evcxr itself panicked: its state is unknown, so start afresh next time.
+                sink(render::simple_error("InternalError", "evcxr panicked while evaluating the cell; the evaluation context will be restarted"));
+                self.state = State::Failed(String::new());
+                return ExecStatus::Error;
+            }
+        };
+        self.refresh_vars();
+        status
+    }
+
+    /// After the child died (crash, abort, kill by interrupt): tell the user what was lost,
+    /// make sure a child runs again (evcxr restarts it; if that failed, a new context), and
+    /// load the prelude again.
+    fn recover_child(
+        &mut self,
+        msg: &str,
+        vars_before: &[(String, String)],
+        interrupted: bool,
+        sink: &mut dyn FnMut(Output),
+    ) -> ExecStatus {
+        let lost = if vars_before.is_empty() {
+            "no variables were lost".to_string()
+        } else {
+            let names: Vec<&str> = vars_before.iter().map(|(n, _)| n.as_str()).collect();
+            format!("these variables were lost: {}", names.join(", "))
+        };
+        let how = msg.trim().lines().last().unwrap_or("").trim().to_string();
+        let (ename, head) = if interrupted {
+            ("Interrupted", format!(
+                "the cell did not stop within {} s of the interrupt, so the evaluation process was restarted; {lost}",
+                INTERRUPT_GRACE.as_secs()
+            ))
+        } else {
+            ("ChildDied", format!("the evaluation process died ({how}); it was restarted, and {lost}"))
+        };
+        let mut traceback = vec![format!("{ename}: {head}")];
+        if !interrupted {
+            traceback.extend(msg.trim().lines().filter(|l| l.trim() != how).map(str::to_string));
+        }
+        let reload = if self.opts.prelude { "The engine prelude is being loaded again." } else { "" };
+        if !reload.is_empty() {
+            traceback.push(reload.to_string());
+        }
+        sink(Output::Error { ename: ename.into(), evalue: head, traceback });
+        // evcxr restarts the child itself; if that failed, make a new context.
+        let alive = self.shared.child_pid().is_some();
+        if alive && let State::Ready(ctx) = &mut self.state {
+            for note in run_setup(ctx, &self.opts) {
+                sink(note);
+            }
+        } else {
+            let started = start_child(&self.opts, &self.slot, &self.shared);
+            for note in started.notes {
+                sink(note);
+            }
+            self.state = match started.ctx {
+                Ok(ctx) => State::Ready(Box::new(ctx)),
+                Err(e) => State::Failed(format!("{e:#}")),
+            };
+        }
+        self.refresh_vars();
+        if interrupted { ExecStatus::Interrupted } else { ExecStatus::Error }
+    }
+
+    fn refresh_vars(&mut self) {
+        if let State::Ready(ctx) = &self.state {
+            let mut vars: Vec<(String, String)> = ctx
+                .cmd
+                .variables_and_types()
+                .map(|(n, t)| (n.to_string(), t.to_string()))
+                .collect();
+            vars.sort();
+            self.vars = vars;
+        } else {
+            self.vars.clear();
+        }
+    }
+}
+
+/// Completion: static candidates plus rust-analyzer's when a context is available.
+pub(super) fn complete(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &str, cursor: usize) -> Completions {
+    let cursor = clamp_to_boundary(code, cursor);
+    let (start, word) = word_before(code, cursor);
+    let mut matches: Vec<String> = Vec::new();
+    let push = |m: &str, matches: &mut Vec<String>| {
+        if !matches.iter().any(|x| x == m) {
+            matches.push(m.to_string());
+        }
+    };
+    if let Some(name) = word.strip_prefix('%') {
+        for m in MAGICS.iter().filter(|m| m.name.starts_with(name)) {
+            push(&format!("%{}", m.name), &mut matches);
+        }
+        return Completions { matches, start, end: cursor };
+    }
+    if !word.is_empty() {
+        for (name, _) in vars.iter().filter(|(n, _)| n.starts_with(word)) {
+            push(name, &mut matches);
+        }
+        for name in PRELUDE_NAMES.iter().filter(|n| n.starts_with(word)) {
+            push(name, &mut matches);
+        }
+        if !word.contains(':') {
+            for kw in KEYWORDS.iter().filter(|k| k.starts_with(word)) {
+                push(kw, &mut matches);
+            }
+        }
+    }
+    let mut result = Completions { matches, start, end: cursor };
+    if let Some(ctx) = ctx
+        && let Ok(Ok(found)) = catch_unwind(AssertUnwindSafe(|| ctx.cmd.completions(code, cursor)))
+        && !found.completions.is_empty()
+        && found.end_offset <= code.len()
+        && found.start_offset <= found.end_offset
+        && code.is_char_boundary(found.start_offset)
+    {
+        if found.start_offset == result.start && found.end_offset == result.end {
+            for c in &found.completions {
+                push(&c.code, &mut result.matches);
+            }
+        } else if result.matches.is_empty() {
+            // rust-analyzer replaces a different range (e.g. after a `.`): use its answer.
+            let mut matches = Vec::new();
+            for c in &found.completions {
+                push(&c.code, &mut matches);
+            }
+            result = Completions { matches, start: found.start_offset, end: found.end_offset };
+        }
+    }
+    result
+}
+
+/// Inspection: a variable's type, else rust-analyzer's hover text.
+pub(super) fn inspect(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &str, cursor: usize) -> Option<String> {
+    let cursor = clamp_to_boundary(code, cursor);
+    let word = word_at(code, cursor);
+    if word.is_empty() {
+        return None;
+    }
+    if let Some((name, ty)) = vars.iter().find(|(n, _)| n == word) {
+        return Some(format!("{name}: {ty}"));
+    }
+    if let Some(m) = MAGICS.iter().find(|m| m.name == word) {
+        return Some(format!("%{}: {}", m.name, m.summary));
+    }
+    let ctx = ctx?;
+    // Hover at the end of the word.
+    let end = code[cursor..]
+        .char_indices()
+        .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
+        .map(|(i, _)| cursor + i)
+        .unwrap_or(code.len());
+    let (plain, _html) = catch_unwind(AssertUnwindSafe(|| ctx.cmd.hover_at(code, end))).ok()?.ok()?;
+    let plain = plain.trim().to_string();
+    if plain.is_empty() || plain == "No documentation found" { None } else { Some(plain) }
+}
+
+/// The kernel moves a session into its own thread: it must stay `Send`.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Session>();
+    assert_send::<super::InterruptHandle>();
+};

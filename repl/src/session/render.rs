@@ -1,0 +1,253 @@
+//! Turning evcxr's results into [`Output`]s: rich outputs by MIME type, the engine's error
+//! frames, panics reported by our hook in the child, and compile errors rendered with the
+//! cell's own line numbers (`error[E0308]: ... --> cell:3:5`).
+
+use super::Output;
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// MIME type of an engine error frame (`Err(e)` of a displayed `Result`).
+pub const ERROR_MIME: &str = "application/vnd.jaxrepl.error+json";
+/// MIME type our panic hook in the child uses (see `child::PANIC_HOOK`).
+pub const PANIC_MIME: &str = "application/vnd.jaxrepl.panic+json";
+
+/// Order in which MIME types of one display are listed (others follow, sorted).
+const MIME_ORDER: &[&str] = &[
+    "text/plain",
+    "text/html",
+    "image/svg+xml",
+    "image/png",
+    "text/markdown",
+    "application/json",
+];
+
+/// Splits evcxr's outputs into one `Display` (if any MIME data remains) and errors.
+///
+/// `cell` is the user's code, used to map panic locations in the generated source back to
+/// cell lines; `generated` is the generated `lib.rs` of the last compile, if available.
+pub fn split_outputs(
+    mut by_mime: HashMap<String, String>,
+    cell: &str,
+    generated: Option<&str>,
+) -> (Option<Output>, Vec<Output>) {
+    let mut errors = Vec::new();
+    if let Some(panic) = by_mime.remove(PANIC_MIME) {
+        errors.push(panic_output(&panic, cell, generated));
+    }
+    if let Some(err) = by_mime.remove(ERROR_MIME) {
+        errors.push(engine_error_output(&err));
+    }
+    if by_mime.is_empty() {
+        return (None, errors);
+    }
+    let mut items: Vec<(String, String)> = by_mime.into_iter().collect();
+    items.sort_by_key(|(mime, _)| {
+        let rank = MIME_ORDER.iter().position(|m| m == mime).unwrap_or(MIME_ORDER.len());
+        (rank, mime.clone())
+    });
+    (Some(Output::Display(items)), errors)
+}
+
+/// Parses an engine error frame; malformed JSON is shown as the raw text.
+pub fn engine_error_output(json: &str) -> Output {
+    match serde_json::from_str::<Value>(json) {
+        Ok(v) => {
+            let ename = v["ename"].as_str().unwrap_or("Error").to_string();
+            let evalue = v["evalue"].as_str().unwrap_or("").to_string();
+            let traceback = match &v["traceback"] {
+                Value::Array(lines) => lines
+                    .iter()
+                    .map(|l| l.as_str().map(str::to_string).unwrap_or_else(|| l.to_string()))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let traceback = if traceback.is_empty() {
+                vec![format!("{ename}: {evalue}")]
+            } else {
+                traceback
+            };
+            Output::Error { ename, evalue, traceback }
+        }
+        Err(_) => Output::Error {
+            ename: "Error".into(),
+            evalue: json.to_string(),
+            traceback: vec![json.to_string()],
+        },
+    }
+}
+
+/// Builds the `Panic` error from our hook's JSON (`{"message","location","thread"}`).
+pub fn panic_output(json: &str, cell: &str, generated: Option<&str>) -> Output {
+    let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    let message = v["message"].as_str().unwrap_or(json).to_string();
+    let location = v["location"].as_str().unwrap_or("").to_string();
+    let thread = v["thread"].as_str().unwrap_or("main");
+    let shown = map_location(&location, cell, generated).unwrap_or(location);
+    let mut traceback = vec![format!("thread '{thread}' panicked at {shown}:")];
+    traceback.extend(message.lines().map(str::to_string));
+    Output::Error {
+        ename: "Panic".into(),
+        evalue: message,
+        traceback,
+    }
+}
+
+/// Maps `src/lib.rs:LINE:COL` in evcxr's generated crate to `cell:LINE:COL` by finding the
+/// generated line's text among the cell's lines. Locations elsewhere (the engine, std)
+/// are kept as they are.
+fn map_location(location: &str, cell: &str, generated: Option<&str>) -> Option<String> {
+    let mut parts = location.rsplitn(3, ':');
+    let col: usize = parts.next()?.parse().ok()?;
+    let line: usize = parts.next()?.parse().ok()?;
+    let file = parts.next()?;
+    if !file.ends_with("lib.rs") {
+        return None;
+    }
+    let text = generated?.lines().nth(line.checked_sub(1)?)?;
+    let want = text.trim();
+    if want.is_empty() {
+        return None;
+    }
+    let cell_line = cell.lines().position(|l| l.trim() == want)? + 1;
+    let cell_text = cell.lines().nth(cell_line - 1)?;
+    // Columns shift by the difference in leading whitespace.
+    let lead_gen = text.len() - text.trim_start().len();
+    let lead_cell = cell_text.len() - cell_text.trim_start().len();
+    let col = (col + lead_cell).saturating_sub(lead_gen).max(1);
+    Some(format!("cell:{cell_line}:{col}"))
+}
+
+/// Renders rustc errors in rustc's own shape, with cell line numbers:
+/// ```text
+/// error[E0308]: mismatched types
+///  --> cell:3:13
+///   |
+/// 3 | let y: i32 = "a";
+///   |              ^^^ expected `i32`, found `&str`
+/// ```
+pub fn compile_errors(errors: &[evcxr::CompilationError], cell: &str) -> Output {
+    let mut traceback = Vec::new();
+    let mut first = None;
+    for error in errors {
+        let head = match error.code() {
+            Some(code) => format!("{}[{code}]: {}", error.level(), error.message()),
+            None => format!("{}: {}", error.level(), error.message()),
+        };
+        if first.is_none() {
+            first = Some(error.message());
+        }
+        if !traceback.is_empty() {
+            traceback.push(String::new());
+        }
+        traceback.push(head);
+        let spans = error.spanned_messages();
+        let width = spans
+            .iter()
+            .filter_map(|s| s.span.map(|sp| sp.end_line.to_string().len()))
+            .max()
+            .unwrap_or(1);
+        let pad = " ".repeat(width);
+        let mut wrote_arrow = false;
+        for spanned in spans {
+            let Some(span) = spanned.span else {
+                if !spanned.label.is_empty() {
+                    traceback.push(format!("{pad} = note: {}", spanned.label));
+                }
+                continue;
+            };
+            if !wrote_arrow {
+                traceback.push(format!("{pad}--> cell:{}:{}", span.start_line, span.start_column));
+                traceback.push(format!("{pad} |"));
+                wrote_arrow = true;
+            }
+            let Some(text) = cell.lines().nth(span.start_line.saturating_sub(1)) else {
+                continue;
+            };
+            traceback.push(format!("{:>width$} | {}", span.start_line, text));
+            let start = span.start_column.max(1) - 1;
+            let line_chars = text.chars().count();
+            let end = if span.end_line == span.start_line {
+                span.end_column.max(span.start_column + 1) - 1
+            } else {
+                line_chars.max(start + 1)
+            };
+            let marker = if spanned.is_primary { '^' } else { '-' };
+            let underline: String = std::iter::repeat_n(marker, end.saturating_sub(start).max(1)).collect();
+            let label = if spanned.label.is_empty() { String::new() } else { format!(" {}", spanned.label) };
+            traceback.push(format!("{pad} | {}{underline}{label}", " ".repeat(start)));
+        }
+        for help in error.help() {
+            for (i, line) in help.lines().enumerate() {
+                if i == 0 {
+                    traceback.push(format!("{pad} = help: {line}"));
+                } else {
+                    traceback.push(format!("{pad}   {line}"));
+                }
+            }
+        }
+        if let Some(hint) = error.evcxr_extra_hint() {
+            traceback.push(format!("{pad} = note: {hint}"));
+        }
+    }
+    if traceback.is_empty() {
+        traceback.push("error: the cell did not compile".into());
+    }
+    Output::Error {
+        ename: "CompileError".into(),
+        evalue: first.unwrap_or_else(|| "the cell did not compile".into()),
+        traceback,
+    }
+}
+
+/// A plain error output with a one-line traceback.
+pub fn simple_error(ename: &str, evalue: impl Into<String>) -> Output {
+    let evalue = evalue.into();
+    let mut traceback = vec![format!("{ename}: {}", evalue.lines().next().unwrap_or(""))];
+    traceback.extend(evalue.lines().skip(1).map(str::to_string));
+    Output::Error {
+        ename: ename.into(),
+        evalue,
+        traceback,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_error_frame_is_parsed() {
+        let out = engine_error_output(
+            r#"{"ename":"TracerBoolConversionError","evalue":"bad","traceback":["a","b"]}"#,
+        );
+        let Output::Error { ename, evalue, traceback } = out else { panic!() };
+        assert_eq!((ename.as_str(), evalue.as_str()), ("TracerBoolConversionError", "bad"));
+        assert_eq!(traceback, vec!["a", "b"]);
+        let Output::Error { ename, evalue, .. } = engine_error_output("not json") else { panic!() };
+        assert_eq!((ename.as_str(), evalue.as_str()), ("Error", "not json"));
+    }
+
+    #[test]
+    fn panic_location_maps_to_cell_line() {
+        let cell = "let v = vec![1];\nlet w = v[5];";
+        let generated = "fn run() {\n    let v = vec![1];\n        let w = v[5];\n}";
+        let json = r#"{"message":"index out of bounds","location":"src/lib.rs:3:17","thread":"main"}"#;
+        let Output::Error { ename, evalue, traceback } = panic_output(json, cell, Some(generated)) else { panic!() };
+        assert_eq!(ename, "Panic");
+        assert_eq!(evalue, "index out of bounds");
+        assert_eq!(traceback[0], "thread 'main' panicked at cell:2:9:");
+    }
+
+    #[test]
+    fn displays_are_ordered_and_errors_split_out() {
+        let mut m = HashMap::new();
+        m.insert("text/html".to_string(), "<b>x</b>".to_string());
+        m.insert("text/plain".to_string(), "x".to_string());
+        m.insert(ERROR_MIME.to_string(), r#"{"ename":"E","evalue":"v","traceback":[]}"#.to_string());
+        let (display, errors) = split_outputs(m, "", None);
+        let Some(Output::Display(items)) = display else { panic!() };
+        assert_eq!(items[0].0, "text/plain");
+        assert_eq!(items[1].0, "text/html");
+        assert_eq!(errors.len(), 1);
+    }
+}
