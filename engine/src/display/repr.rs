@@ -224,6 +224,11 @@ fn shortest(v: f64, kind: FloatKind) -> (bool, String, i32) {
         FloatKind::F32 => format!("{:e}", v as f32),
         FloatKind::F16 | FloatKind::BF16 => shortest_narrow(v, kind),
     };
+    // Two shortest candidates can be equally near (f32 17484.8125: ...812 and ...813). Rust
+    // rounds that tie up; numpy's Dragon4 rounds it to even, as exact formatting does.
+    let n_digits = s.split_once('e').map_or(0, |(m, _)| m.trim_start_matches('-').replace('.', "").len());
+    let even = format!("{v:.p$e}", p = n_digits.saturating_sub(1));
+    let s = if even != s && round_trips(&even, v, kind) { even } else { s };
     let (neg, s) = match s.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, s.as_str()),
@@ -232,12 +237,20 @@ fn shortest(v: f64, kind: FloatKind) -> (bool, String, i32) {
     (neg, mant.replace('.', ""), exp.parse().expect("integer exponent"))
 }
 
+/// Does decimal text `s` read back as `v` in the precision of `kind`?
+fn round_trips(s: &str, v: f64, kind: FloatKind) -> bool {
+    match kind {
+        FloatKind::F64 => s.parse::<f64>().is_ok_and(|x| x == v),
+        FloatKind::F32 => s.parse::<f32>().is_ok_and(|x| x as f64 == v),
+        FloatKind::F16 | FloatKind::BF16 => s.parse::<f64>().is_ok_and(|x| round_narrow(x, kind) == v),
+    }
+}
+
 /// Shortest `{:e}` text that rounds back to the same 16-bit float (Rust formats no f16).
 fn shortest_narrow(v: f64, kind: FloatKind) -> String {
     for digits in 0..=8 {
         let s = format!("{v:.digits$e}");
-        let back: f64 = s.parse().expect("own output parses");
-        if round_narrow(back, kind) == v {
+        if round_trips(&s, v, kind) {
             return s;
         }
     }
@@ -356,7 +369,7 @@ fn format_g(v: f64) -> String {
     let sci = format!("{v:.5e}");
     let (m, e) = sci.split_once('e').expect("{:e} has an exponent");
     let e: i32 = e.parse().expect("integer exponent");
-    let trim = |s: &str| s.trim_end_matches('0').trim_end_matches('.').to_string();
+    let trim = |s: &str| if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s.to_string() };
     if v == 0.0 {
         return if v.is_sign_negative() { "-0" } else { "0" }.to_string();
     }
@@ -410,12 +423,15 @@ fn float_format(vals: &[Scalar], kind: FloatKind) -> FloatFormat {
     if !nonzero.is_empty() {
         let max = nonzero.iter().copied().fold(f64::MIN, f64::max);
         let min = nonzero.iter().copied().fold(f64::MAX, f64::min);
+        // numpy >= 2.3: the upper cutoff is 10^min(8, decimal digits of the type), so f32 from
+        // 1e6 and f16 from 1e3 print in scientific notation.
         f.exp = if kind == FloatKind::F64 {
             max >= 1e8 || min < 1e-4 || max / min > 1e3
         } else {
             // numpy 2 compares in the array's own type (NEP 50): f32(1e-4) is not < 1e-4 there.
+            let cutoff = if kind == FloatKind::F16 { 1e3 } else { 1e6 };
             let (max, min) = (max as f32, min as f32);
-            max >= 1e8 || min < 1e-4 || max / min > 1e3
+            max >= cutoff || min < 1e-4 || max / min > 1e3
         };
     }
     if f.exp {
@@ -613,6 +629,28 @@ mod tests {
     }
 
     #[test]
+    /// Goldens from jax 0.10.2 / numpy 2.4.6, like the generated ones below.
+    fn shortest_digit_ties_round_to_even_like_numpy() {
+        // f32 17484.8125 lies exactly between 17484.812 and 17484.813 (both round-trip).
+        check(
+            array_repr(ReprData::F32(&[17484.8125, 20000.5]), &[2], false),
+            "Array([17484.812, 20000.5  ], dtype=float32)",
+        );
+        check(
+            array_repr(ReprData::F32(&[17484.8125, 1.5]), &[2], false),
+            "Array([1.7484812e+04, 1.5000000e+00], dtype=float32)",
+        );
+    }
+
+    #[test]
+    fn f32_from_1e6_is_scientific() {
+        // numpy >= 2.3 cuts off at 10^(digits of float32) = 1e6 (float64: 1e8).
+        check(array_repr(ReprData::F32(&[1e6, 1.0]), &[2], false), "Array([1.e+06, 1.e+00], dtype=float32)");
+        check(array_repr(ReprData::F32(&[999999.0, 1000.0]), &[2], false), "Array([999999.,   1000.], dtype=float32)");
+        check(array_repr(ReprData::F64(&[1e6, 1.0]), &[2], false), "Array([1.e+06, 1.e+00], dtype=float64)");
+    }
+
+    #[test]
     fn scalar_str_switches_to_scientific_like_numpy() {
         assert_eq!(array_str(ReprData::F32(&[1e-4]), &[]), "1e-04");
         assert_eq!(array_str(ReprData::F32(&[999999.0]), &[]), "999999.0");
@@ -621,6 +659,9 @@ mod tests {
         assert_eq!(array_str(ReprData::F16(&[1024.0]), &[]), "1.024e+03");
         assert_eq!(array_str(ReprData::F64(&[-0.0]), &[]), "-0.0");
         assert_eq!(array_str(ReprData::F32(&[f32::NEG_INFINITY]), &[]), "-inf");
+        // bfloat16 is ml_dtypes' %g: integral values keep their zeros
+        assert_eq!(array_str(ReprData::BF16(&[-138240.0]), &[]), "-138240");
+        assert_eq!(array_str(ReprData::BF16(&[1e6]), &[]), "1e+06");
     }
 
     #[test]
