@@ -2,8 +2,22 @@
 //! transformed, lowered to MLIR and compiled to native code, with caches at every stage.
 //! See ARCHITECTURE.md for the map; `prelude` has what notebook cells use.
 
+pub mod compile;
+pub mod config;
+pub mod debug;
+pub mod display;
 pub mod error;
+pub mod interactive;
 pub mod ir;
+pub mod lax;
+pub mod lower;
+pub mod magic;
+pub mod numpy;
+pub mod prelude;
 pub mod runtime;
+pub mod trace;
+pub mod transform;
 
 pub use error::{Error, ErrorKind, Result};
+pub use magic::{block_until_ready, effects_barrier};
+pub use transform::pipeline::compile_count;

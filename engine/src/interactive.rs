@@ -1,0 +1,166 @@
+//! The bridge to evcxr's display protocol: evcxr shows a cell's final expression by
+//! calling `(expr).evcxr_display()`, which prints framed MIME blocks on stdout. `Ok(v)`
+//! shows `v`; `Err(e)` prints one `application/vnd.jaxrepl.error+json` block that the
+//! session turns into an error output. Nothing here knows about Jupyter messages.
+
+use crate::error::Error;
+use crate::ir::{ClosedJaxpr, ShapeDtypeStruct};
+use crate::trace::Array;
+use std::io::Write;
+
+/// Text shown for a value in a cell (`text/plain`).
+pub trait TextRepr {
+    fn text_repr(&self) -> String;
+}
+
+impl TextRepr for Array {
+    fn text_repr(&self) -> String {
+        format!("{self:?}")
+    }
+}
+impl TextRepr for ClosedJaxpr {
+    fn text_repr(&self) -> String {
+        self.to_string()
+    }
+}
+impl TextRepr for ShapeDtypeStruct {
+    fn text_repr(&self) -> String {
+        self.to_string()
+    }
+}
+impl TextRepr for () {
+    fn text_repr(&self) -> String {
+        String::new()
+    }
+}
+impl<T: TextRepr> TextRepr for Vec<T> {
+    fn text_repr(&self) -> String {
+        format!("[{}]", self.iter().map(|x| x.text_repr()).collect::<Vec<_>>().join(", "))
+    }
+}
+impl<A: TextRepr, B: TextRepr> TextRepr for (A, B) {
+    fn text_repr(&self) -> String {
+        format!("({}, {})", self.0.text_repr(), self.1.text_repr())
+    }
+}
+impl<A: TextRepr, B: TextRepr, C: TextRepr> TextRepr for (A, B, C) {
+    fn text_repr(&self) -> String {
+        format!("({}, {}, {})", self.0.text_repr(), self.1.text_repr(), self.2.text_repr())
+    }
+}
+impl TextRepr for crate::compile::CostAnalysis {
+    fn text_repr(&self) -> String {
+        format!("{self}")
+    }
+}
+impl TextRepr for crate::compile::MemoryAnalysis {
+    fn text_repr(&self) -> String {
+        format!("{self}")
+    }
+}
+impl<A: crate::trace::pytree::Pytree, R: crate::trace::pytree::Pytree> TextRepr for crate::transform::Traced<A, R> {
+    fn text_repr(&self) -> String {
+        self.jaxpr().to_string()
+    }
+}
+impl<A: crate::trace::pytree::Pytree, R: crate::trace::pytree::Pytree> TextRepr for crate::transform::Lowered<A, R> {
+    fn text_repr(&self) -> String {
+        self.as_text()
+    }
+}
+impl<A: crate::trace::pytree::Pytree, R: crate::trace::pytree::Pytree> TextRepr for crate::transform::Compiled<A, R> {
+    fn text_repr(&self) -> String {
+        self.as_text()
+    }
+}
+
+/// Plain text produced by magics and helpers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Text(pub String);
+impl TextRepr for Text {
+    fn text_repr(&self) -> String {
+        self.0.clone()
+    }
+}
+impl std::fmt::Display for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What evcxr calls to show a cell's value.
+pub trait EvcxrDisplay {
+    fn evcxr_display(&self);
+}
+
+fn emit(mime: &str, body: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "EVCXR_BEGIN_CONTENT {mime}\n{body}\nEVCXR_END_CONTENT");
+    let _ = out.flush();
+}
+
+/// JSON string literal of `s` (RFC 8259 escaping).
+pub fn json_string(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            '\t' => o.push_str("\\t"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// Prints `e` as the session's error block.
+pub fn display_error(e: &Error) {
+    let mut tb = vec![format!("{}: {}", e.ename(), e.message)];
+    if let Some(l) = &e.location {
+        tb.push(format!("  (traced at {}:{}:{})", l.file, l.line, l.column));
+    }
+    let body = format!(
+        "{{\"ename\":{},\"evalue\":{},\"traceback\":[{}]}}",
+        json_string(e.ename()),
+        json_string(&e.message),
+        tb.iter().map(|t| json_string(t)).collect::<Vec<_>>().join(",")
+    );
+    emit("application/vnd.jaxrepl.error+json", &body);
+}
+
+impl<T: TextRepr> EvcxrDisplay for T {
+    fn evcxr_display(&self) {
+        let t = self.text_repr();
+        if !t.is_empty() {
+            emit("text/plain", &t);
+        }
+    }
+}
+
+impl<T: TextRepr> EvcxrDisplay for Result<T, Error> {
+    fn evcxr_display(&self) {
+        match self {
+            Ok(v) => v.evcxr_display(),
+            Err(e) => display_error(e),
+        }
+    }
+}
+
+impl EvcxrDisplay for Error {
+    fn evcxr_display(&self) {
+        display_error(self)
+    }
+}
+
+/// Prepares the evaluation child: installs the interrupt handler (SIGUSR2).
+/// Idempotent; called by the session's prelude.
+pub fn init_session() {
+    if let Err(e) = crate::runtime::interrupt::install_handler() {
+        eprintln!("jax: could not install the interrupt handler: {e}");
+    }
+}

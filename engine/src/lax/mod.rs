@@ -1,0 +1,246 @@
+//! `lax`: thin, typed wrappers over primitives, plus JAX's type promotion and numpy
+//! broadcasting used by `jnp`. Every function returns `Result`; the user's line comes
+//! from `#[track_caller]`.
+
+pub mod shape;
+
+use crate::error::{Error, Result};
+use crate::ir::{DType, Primitive, Scalar, ShapedArray};
+use crate::trace::{bind, Array, Operand};
+use std::panic::Location;
+
+/// Binds a single-output primitive.
+#[track_caller]
+pub fn bind1(p: Primitive, operands: Vec<Operand>) -> Result<Array> {
+    let loc = Location::caller();
+    let mut outs = bind(p, operands, loc)?;
+    outs.pop().ok_or_else(|| Error::type_error("primitive produced no output"))
+}
+
+fn kind(d: DType) -> u8 {
+    if d.is_bool() {
+        0
+    } else if d.is_int() {
+        1
+    } else {
+        2
+    }
+}
+
+/// JAX's `promote_types` with weak types: the result dtype and whether it is weak.
+/// A weak operand adopts the other operand's dtype when it is of the same or a lower
+/// kind (bool < int < float); see <https://docs.jax.dev/en/latest/type_promotion.html>.
+pub fn promote(a: &ShapedArray, b: &ShapedArray) -> (DType, bool) {
+    let (ka, kb) = (kind(a.dtype), kind(b.dtype));
+    match (a.weak_type, b.weak_type) {
+        (true, true) => {
+            if ka >= kb {
+                (a.dtype, true)
+            } else {
+                (b.dtype, true)
+            }
+        }
+        (true, false) => {
+            if ka <= kb {
+                (b.dtype, false)
+            } else {
+                (a.dtype, false)
+            }
+        }
+        (false, true) => {
+            if kb <= ka {
+                (a.dtype, false)
+            } else {
+                (b.dtype, false)
+            }
+        }
+        (false, false) => {
+            if a.dtype == b.dtype {
+                (a.dtype, false)
+            } else if ka != kb {
+                (if ka > kb { a.dtype } else { b.dtype }, false)
+            } else {
+                (if a.dtype.size_bytes() >= b.dtype.size_bytes() { a.dtype } else { b.dtype }, false)
+            }
+        }
+    }
+}
+
+/// numpy broadcasting of two shapes. Errors name the op and both shapes.
+pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(Error::type_error(format!(
+                "{op} got incompatible shapes for broadcasting: {}, {}.",
+                py_shape(a),
+                py_shape(b)
+            )));
+        };
+    }
+    Ok(out)
+}
+
+/// Python tuple text of a shape: `(3,)`, `(2, 4)`.
+pub fn py_shape(s: &[usize]) -> String {
+    crate::ir::pretty::py_tuple(s)
+}
+
+/// Converts `x` to `dtype` (no-op when equal), keeping or setting the weak flag.
+#[track_caller]
+pub fn convert(x: Operand, dtype: DType, weak: bool) -> Result<Operand> {
+    let a = x.aval();
+    if a.dtype == dtype && a.weak_type == weak {
+        return Ok(x);
+    }
+    match x {
+        Operand::Lit(v, aval) => Ok(Operand::Lit(v.cast(dtype), ShapedArray { dtype, weak_type: weak, ..aval })),
+        Operand::Array(arr) => {
+            if a.dtype == dtype {
+                // Only the weak flag differs: JAX still records a convert.
+                return Ok(Operand::Array(bind1(Primitive::ConvertElementType { new_dtype: dtype, weak_type: weak }, vec![Operand::Array(arr)])?));
+            }
+            Ok(Operand::Array(bind1(Primitive::ConvertElementType { new_dtype: dtype, weak_type: weak }, vec![Operand::Array(arr)])?))
+        }
+    }
+}
+
+/// Broadcasts `x` to `shape` with numpy's trailing alignment.
+#[track_caller]
+pub fn broadcast_to(x: &Array, shape: &[usize]) -> Result<Array> {
+    let s = x.shape();
+    if s == shape {
+        return Ok(x.clone());
+    }
+    broadcast_shapes("broadcast_to", &s, shape)?;
+    if s.len() > shape.len() {
+        return Err(Error::value_error(format!("cannot broadcast {} to {}", py_shape(&s), py_shape(shape))));
+    }
+    let off = shape.len() - s.len();
+    bind1(
+        Primitive::BroadcastInDim { shape: shape.to_vec(), broadcast_dimensions: (off..shape.len()).collect() },
+        vec![Operand::Array(x.clone())],
+    )
+}
+
+/// A binary elementwise op with jnp's promotion and broadcasting.
+#[track_caller]
+pub fn binary(p: Primitive, x: Operand, y: Operand) -> Result<Array> {
+    let (ax, ay) = (x.aval(), y.aval());
+    let shape = broadcast_shapes(p.name(), &ax.shape, &ay.shape)?;
+    let (dtype, weak) = promote(&ax, &ay);
+    let x = convert(x, dtype, ax.weak_type && weak)?;
+    let y = convert(y, dtype, ay.weak_type && weak)?;
+    let fit = |o: Operand| -> Result<Operand> {
+        match o {
+            Operand::Array(a) if a.ndim() > 0 && a.shape() != shape => Ok(Operand::Array(broadcast_to(&a, &shape)?)),
+            o => Ok(o),
+        }
+    };
+    let (x, y) = (fit(x)?, fit(y)?);
+    if p.is_comparison() || matches!(p, Primitive::And | Primitive::Or) {
+        return bind1(p, vec![x, y]);
+    }
+    bind1(p, vec![x, y])
+}
+
+/// A unary elementwise op; transcendental ops promote integers and bools to float32.
+#[track_caller]
+pub fn unary(p: Primitive, x: &Array) -> Result<Array> {
+    let a = x.aval();
+    let needs_float = !matches!(p, Primitive::Neg | Primitive::Abs | Primitive::Not);
+    let x = if needs_float && !a.dtype.is_float() {
+        match convert(Operand::Array(x.clone()), crate::trace::array::canonicalize_dtype(DType::F64), a.weak_type)? {
+            Operand::Array(a) => a,
+            Operand::Lit(..) => unreachable!("arrays stay arrays"),
+        }
+    } else {
+        x.clone()
+    };
+    bind1(p, vec![Operand::Array(x)])
+}
+
+/// A Rust scalar as a weakly typed literal operand.
+pub fn literal(v: Scalar) -> Operand {
+    let dtype = match v {
+        Scalar::F32(_) | Scalar::F64(_) => crate::trace::array::canonicalize_dtype(DType::F64),
+        Scalar::I32(_) | Scalar::I64(_) => crate::trace::array::canonicalize_dtype(DType::I64),
+        Scalar::Bool(_) => DType::Bool,
+    };
+    Operand::Lit(v.cast(dtype), ShapedArray::weak(&[], dtype))
+}
+
+/// `lax.dot_general`: contracting and batch dimension pairs.
+#[track_caller]
+pub fn dot_general(
+    x: &Array,
+    y: &Array,
+    contracting: (&[usize], &[usize]),
+    batch: (&[usize], &[usize]),
+    preferred_element_type: Option<DType>,
+) -> Result<Array> {
+    let (dtype, _) = promote(&x.aval(), &y.aval());
+    let x = match convert(Operand::Array(x.clone()), dtype, false)? {
+        Operand::Array(a) => a,
+        _ => unreachable!(),
+    };
+    let y = match convert(Operand::Array(y.clone()), dtype, false)? {
+        Operand::Array(a) => a,
+        _ => unreachable!(),
+    };
+    bind1(
+        Primitive::DotGeneral {
+            lhs_contracting: contracting.0.to_vec(),
+            rhs_contracting: contracting.1.to_vec(),
+            lhs_batch: batch.0.to_vec(),
+            rhs_batch: batch.1.to_vec(),
+            preferred_element_type: Some(preferred_element_type.unwrap_or(dtype)),
+        },
+        vec![Operand::Array(x), Operand::Array(y)],
+    )
+}
+
+/// `lax.iota`: 0, 1, ... along `dimension` of `shape`.
+#[track_caller]
+pub fn iota(dtype: DType, shape: &[usize], dimension: usize) -> Result<Array> {
+    bind1(Primitive::Iota { dtype, shape: shape.to_vec(), dimension }, vec![])
+}
+
+/// `lax.select_n(which, cases)`.
+#[track_caller]
+pub fn select_n(which: &Array, cases: &[Array]) -> Result<Array> {
+    let mut ops = vec![Operand::Array(which.clone())];
+    ops.extend(cases.iter().cloned().map(Operand::Array));
+    bind1(Primitive::SelectN, ops)
+}
+
+/// `lax.convert_element_type`.
+#[track_caller]
+pub fn convert_element_type(x: &Array, dtype: DType) -> Result<Array> {
+    match convert(Operand::Array(x.clone()), dtype, false)? {
+        Operand::Array(a) => Ok(a),
+        _ => unreachable!(),
+    }
+}
+
+/// `lax.reshape` to `new_sizes`.
+#[track_caller]
+pub fn reshape(x: &Array, new_sizes: &[usize]) -> Result<Array> {
+    if x.shape() == new_sizes {
+        return Ok(x.clone());
+    }
+    bind1(Primitive::Reshape { new_sizes: new_sizes.to_vec() }, vec![Operand::Array(x.clone())])
+}
+
+/// `lax.transpose` with `permutation`.
+#[track_caller]
+pub fn transpose(x: &Array, permutation: &[usize]) -> Result<Array> {
+    bind1(Primitive::Transpose { permutation: permutation.to_vec() }, vec![Operand::Array(x.clone())])
+}

@@ -1,0 +1,235 @@
+//! Magics (`%jaxpr CALL`, `%timeit CALL`, ...): the session rewrites a magic line into a
+//! call of one of these functions with the user's expression as a closure, evaluated in
+//! the evaluation child. One mechanism for every magic; a method call reaches the same
+//! stage API.
+
+use crate::error::{Error, Result};
+use crate::interactive::Text;
+use crate::ir::ClosedJaxpr;
+use crate::runtime::dispatch;
+use crate::trace::Array;
+use crate::transform::jit::CacheEntry;
+use crate::transform::pipeline::CompiledArtifacts;
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+thread_local! {
+    static LAST_CALL: RefCell<Option<(String, Arc<CacheEntry>)>> = const { RefCell::new(None) };
+}
+
+/// Records the last jitted call's trace entry (used by `%jaxpr`, `%lower`, ...).
+pub(crate) fn note_call(name: &str, entry: &Arc<CacheEntry>) {
+    LAST_CALL.with(|c| *c.borrow_mut() = Some((name.to_string(), entry.clone())));
+}
+
+fn last_call<T>(f: impl FnOnce() -> T) -> Result<(String, Arc<CacheEntry>)> {
+    LAST_CALL.with(|c| *c.borrow_mut() = None);
+    let _ = f();
+    LAST_CALL.with(|c| c.borrow_mut().take()).ok_or_else(|| {
+        Error::value_error(
+            "the expression made no jitted call; magics inspect a call such as `f.call(&x)` where `f = jit(...)`",
+        )
+    })
+}
+
+fn compiled(entry: &CacheEntry) -> Result<&CompiledArtifacts> {
+    entry.compiled.get().ok_or_else(|| Error::runtime("the call did not compile (did it fail before running?)"))
+}
+
+/// `%jaxpr CALL`: the jaxpr of the jitted function that `CALL` runs.
+pub fn jaxpr<T>(call: impl FnOnce() -> T) -> Result<ClosedJaxpr> {
+    Ok(last_call(call)?.1.jaxpr.clone())
+}
+
+/// `%lower CALL`: the lowered MLIR module.
+pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
+    let (_, e) = last_call(call)?;
+    Ok(Text(compiled(&e)?.lowered.text.clone()))
+}
+
+/// `%compile CALL`: the optimized module after the compile pipeline.
+pub fn compile<T>(call: impl FnOnce() -> T) -> Result<Text> {
+    let (_, e) = last_call(call)?;
+    Ok(Text(compiled(&e)?.executable.optimized_ir().to_string()))
+}
+
+/// `%cost CALL`: cost and memory analysis of the compiled function.
+pub fn cost<T>(call: impl FnOnce() -> T) -> Result<Text> {
+    let (name, e) = last_call(call)?;
+    let c = compiled(&e)?;
+    let cost = crate::compile::cost_analysis(&e.jaxpr.jaxpr);
+    let mem = crate::compile::memory_analysis(&c.lowered);
+    Ok(Text(format!("jit({name})\n{cost}\n{mem}")))
+}
+
+/// Values `%time`/`%timeit` can wait for.
+pub trait BlockUntilReady {
+    /// Waits for every array in the value. Errors: the computation's error.
+    fn block(&self) -> Result<()>;
+}
+impl BlockUntilReady for Array {
+    fn block(&self) -> Result<()> {
+        self.buffer().map(|_| ())
+    }
+}
+impl<T: BlockUntilReady> BlockUntilReady for Result<T> {
+    fn block(&self) -> Result<()> {
+        match self {
+            Ok(v) => v.block(),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+impl<T: BlockUntilReady> BlockUntilReady for Vec<T> {
+    fn block(&self) -> Result<()> {
+        self.iter().try_for_each(|x| x.block())
+    }
+}
+impl<A: BlockUntilReady, B: BlockUntilReady> BlockUntilReady for (A, B) {
+    fn block(&self) -> Result<()> {
+        self.0.block()?;
+        self.1.block()
+    }
+}
+impl<A: BlockUntilReady, B: BlockUntilReady, C: BlockUntilReady> BlockUntilReady for (A, B, C) {
+    fn block(&self) -> Result<()> {
+        self.0.block()?;
+        self.1.block()?;
+        self.2.block()
+    }
+}
+macro_rules! ready_now {
+    ($($t:ty),+) => {$( impl BlockUntilReady for $t { fn block(&self) -> Result<()> { Ok(()) } } )+};
+}
+ready_now!((), f32, f64, i32, i64, usize, bool, String, ClosedJaxpr);
+
+/// `jax.block_until_ready(x)`: waits for every array in `x` and returns it.
+pub fn block_until_ready<T: BlockUntilReady>(x: T) -> Result<T> {
+    x.block()?;
+    Ok(x)
+}
+
+/// Formats seconds like IPython: `1.23 s`, `4.56 ms`, `7.89 µs`, `12 ns`.
+pub fn format_time(s: f64) -> String {
+    let (v, unit) = if s >= 1.0 {
+        (s, "s")
+    } else if s >= 1e-3 {
+        (s * 1e3, "ms")
+    } else if s >= 1e-6 {
+        (s * 1e6, "µs")
+    } else {
+        (s * 1e9, "ns")
+    };
+    let digits = if v >= 100.0 { 0 } else if v >= 10.0 { 1 } else { 2 };
+    format!("{v:.digits$} {unit}")
+}
+
+/// `%time CALL`: runs once, waits for the result, prints the wall time.
+pub fn time<T: BlockUntilReady>(call: impl FnOnce() -> T) -> Result<Text> {
+    let t0 = Instant::now();
+    let v = call();
+    v.block()?;
+    let wall = t0.elapsed().as_secs_f64();
+    Ok(Text(format!("Wall time: {}", format_time(wall))))
+}
+
+/// Timing of `%timeit`: mean and standard deviation per loop (seconds).
+#[derive(Clone, Debug)]
+pub struct TimeitResult {
+    pub mean: f64,
+    pub std: f64,
+    pub loops: usize,
+    pub runs: usize,
+}
+
+impl std::fmt::Display for TimeitResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ± {} per loop (mean ± std. dev. of {} runs, {} loop{} each)",
+            format_time(self.mean),
+            format_time(self.std),
+            self.runs,
+            group_thousands(self.loops),
+            if self.loops == 1 { "" } else { "s" }
+        )
+    }
+}
+
+fn group_thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Measures `call` like IPython's `%timeit`: picks the loop count (1, 2, 5, 10, ...)
+/// so one run takes ≥ 0.2 s, then 7 runs; every call waits for its result.
+/// Errors: the first error the call returns, `KeyboardInterrupt`.
+pub fn timeit_result<T: BlockUntilReady>(call: impl Fn() -> T) -> Result<TimeitResult> {
+    let run = |n: usize| -> Result<f64> {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            call().block()?;
+            if crate::runtime::interrupt::take_if_set() {
+                return Err(Error::interrupted());
+            }
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    };
+    run(1)?; // warm-up (traces and compiles)
+    let mut loops = 1usize;
+    'outer: for base in [1usize, 10, 100, 1_000, 10_000, 100_000, 1_000_000] {
+        for m in [1, 2, 5] {
+            loops = base * m;
+            if run(loops)? >= 0.2 || Duration::from_secs_f64(0.2).is_zero() {
+                break 'outer;
+            }
+        }
+    }
+    let runs = 7;
+    let per: Vec<f64> = (0..runs).map(|_| run(loops).map(|t| t / loops as f64)).collect::<Result<_>>()?;
+    let mean = per.iter().sum::<f64>() / runs as f64;
+    let std = (per.iter().map(|t| (t - mean).powi(2)).sum::<f64>() / runs as f64).sqrt();
+    Ok(TimeitResult { mean, std, loops, runs })
+}
+
+/// `%timeit CALL`.
+pub fn timeit<T: BlockUntilReady>(call: impl Fn() -> T) -> Result<Text> {
+    Ok(Text(timeit_result(call)?.to_string()))
+}
+
+/// `%explain`: for recent calls that traced or compiled, each cache layer's verdict.
+pub fn explain() -> Text {
+    Text(crate::transform::explain::report(&crate::transform::explain::recent()))
+}
+
+/// `jax.effects_barrier()`: waits for all dispatched work (and its printed output).
+pub fn effects_barrier() -> Result<()> {
+    dispatch::barrier()
+}
+
+/// `%help`: the magics and the prelude's main names.
+pub fn help() -> Text {
+    Text(
+        "jaxrepl magics (CALL is an expression such as f.call(&x)):\n\
+         \x20 %jaxpr CALL     the jaxpr of the jitted function CALL runs\n\
+         \x20 %lower CALL     its lowered MLIR module (tensor level, upstream dialects)\n\
+         \x20 %compile CALL   the optimized module after the compile pipeline\n\
+         \x20 %cost CALL      cost analysis (flops, transcendentals, bytes) and memory analysis\n\
+         \x20 %time CALL      wall time of one call, waiting for its result\n\
+         \x20 %timeit CALL    mean ± std over repeated calls, like IPython\n\
+         \x20 %explain        why recent calls traced or compiled (trace / executable cache)\n\
+         \x20 %help           this text\n\
+         Engine: jnp::arange, jnp::linspace, jnp::zeros/ones/full, jit(|x: Array| ...), f.call(&x),\n\
+         f.trace(&x)?.lower()?.compile()?, make_jaxpr(f, &x), debug::print!(\"{}\", x),\n\
+         config::update(\"jax_explain_cache_misses\", true), x.block_until_ready()"
+            .to_string(),
+    )
+}

@@ -1,0 +1,312 @@
+//! `jnp`: the numpy-style API over `lax` — creation, elementwise math with broadcasting
+//! and promotion, reductions, shape ops and matmul. Named functions return `Result`;
+//! methods on `Array` and operators (`ops.rs`) are the readable spelling for cells.
+
+pub mod ops;
+
+use crate::error::{Error, Result};
+use crate::ir::{DType, Primitive, Scalar, ShapedArray};
+use crate::lax::{self, literal};
+use crate::runtime::Buffer;
+use crate::trace::array::{canonicalize_dtype, Element};
+use crate::trace::{is_tracing, Array, Operand};
+
+/// Scalars that can bound an `arange`/`linspace` or fill an array: `f64` → float32,
+/// `i32`/`i64` → int32 (64-bit with `jax_enable_x64`).
+pub trait ScalarLike: Copy {
+    fn scalar(self) -> Scalar;
+}
+impl ScalarLike for f64 {
+    fn scalar(self) -> Scalar {
+        Scalar::F64(self)
+    }
+}
+impl ScalarLike for f32 {
+    fn scalar(self) -> Scalar {
+        Scalar::F32(self)
+    }
+}
+impl ScalarLike for i32 {
+    fn scalar(self) -> Scalar {
+        Scalar::I32(self)
+    }
+}
+impl ScalarLike for i64 {
+    fn scalar(self) -> Scalar {
+        Scalar::I64(self)
+    }
+}
+impl ScalarLike for bool {
+    fn scalar(self) -> Scalar {
+        Scalar::Bool(self)
+    }
+}
+
+fn default_dtype(s: Scalar) -> DType {
+    match s {
+        Scalar::F32(_) | Scalar::F64(_) => canonicalize_dtype(DType::F64),
+        Scalar::I32(_) | Scalar::I64(_) => canonicalize_dtype(DType::I64),
+        Scalar::Bool(_) => DType::Bool,
+    }
+}
+
+fn host_array(values: impl Iterator<Item = f64>, shape: &[usize], dtype: DType) -> Array {
+    let aval = ShapedArray::new(shape, dtype);
+    let mut bytes = Vec::with_capacity(aval.nbytes());
+    for v in values {
+        bytes.extend(Scalar::F64(v).cast(dtype).to_bytes(dtype));
+    }
+    Array::from_buffer(Buffer::from_bytes(&aval, &bytes).expect("sizes match"), false)
+}
+
+/// `jnp.arange(stop)`: 0, 1, ..., stop-1; float32 for a float `stop`, int32 for an int.
+#[track_caller]
+pub fn arange<T: ScalarLike>(stop: T) -> Array {
+    let s = stop.scalar();
+    arange_dtype(0.0, s.as_f64(), 1.0, default_dtype(s)).unwrap_or_else(|e| ops::fail(e, ShapedArray::new(&[0], default_dtype(s))))
+}
+
+/// `jnp.arange(start, stop, step)` with an explicit dtype. Errors for a zero step.
+#[track_caller]
+pub fn arange_dtype(start: f64, stop: f64, step: f64, dtype: DType) -> Result<Array> {
+    if step == 0.0 {
+        return Err(Error::value_error("arange: step must not be zero"));
+    }
+    let n = (((stop - start) / step).ceil()).max(0.0) as usize;
+    if is_tracing() {
+        let i = lax::iota(dtype, &[n], 0)?;
+        if start == 0.0 && step == 1.0 {
+            return Ok(i);
+        }
+        let scaled = if step != 1.0 { lax::binary(Primitive::Mul, Operand::Array(i), lit_of(step, dtype))? } else { i };
+        return lax::binary(Primitive::Add, Operand::Array(scaled), lit_of(start, dtype));
+    }
+    Ok(host_array((0..n).map(|k| start + k as f64 * step), &[n], dtype))
+}
+
+fn lit_of(v: f64, dtype: DType) -> Operand {
+    Operand::Lit(Scalar::F64(v).cast(dtype), ShapedArray::weak(&[], dtype))
+}
+
+/// `jnp.linspace(start, stop, num)` (endpoint included), float32.
+#[track_caller]
+pub fn linspace(start: f64, stop: f64, num: usize) -> Array {
+    let dtype = canonicalize_dtype(DType::F64);
+    let step = if num > 1 { (stop - start) / (num - 1) as f64 } else { 0.0 };
+    if is_tracing() {
+        return arange_dtype(0.0, num as f64, 1.0, dtype)
+            .and_then(|i| lax::binary(Primitive::Mul, Operand::Array(i), lit_of(step, dtype)))
+            .and_then(|i| lax::binary(Primitive::Add, Operand::Array(i), lit_of(start, dtype)))
+            .unwrap_or_else(|e| ops::fail(e, ShapedArray::new(&[num], dtype)));
+    }
+    host_array((0..num).map(|k| if k + 1 == num && num > 1 { stop } else { start + k as f64 * step }), &[num], dtype)
+}
+
+/// `jnp.full(shape, value, dtype)`.
+#[track_caller]
+pub fn full<T: ScalarLike>(shape: &[usize], value: T, dtype: DType) -> Array {
+    let dtype = canonicalize_dtype(dtype);
+    if is_tracing() {
+        let v = Operand::Lit(value.scalar().cast(dtype), ShapedArray::new(&[], dtype));
+        return lax::bind1(Primitive::BroadcastInDim { shape: shape.to_vec(), broadcast_dimensions: vec![] }, vec![v])
+            .unwrap_or_else(|e| ops::fail(e, ShapedArray::new(shape, dtype)));
+    }
+    let n: usize = shape.iter().product();
+    host_array(std::iter::repeat_n(value.scalar().as_f64(), n), shape, dtype)
+}
+
+/// `jnp.zeros(shape, dtype)`.
+#[track_caller]
+pub fn zeros(shape: &[usize], dtype: DType) -> Array {
+    full(shape, 0.0, dtype)
+}
+
+/// `jnp.ones(shape, dtype)`.
+#[track_caller]
+pub fn ones(shape: &[usize], dtype: DType) -> Array {
+    full(shape, 1.0, dtype)
+}
+
+/// `jnp.array(data)` for a 1-d slice.
+pub fn array<T: Element>(data: &[T]) -> Array {
+    Array::from_slice(data)
+}
+
+/// `jnp.where(cond, x, y)` with broadcasting and promotion.
+#[track_caller]
+pub fn where_(cond: &Array, x: &Array, y: &Array) -> Result<Array> {
+    let (dtype, weak) = lax::promote(&x.aval(), &y.aval());
+    let shape = lax::broadcast_shapes("where", &x.shape(), &y.shape())?;
+    let shape = lax::broadcast_shapes("where", &cond.shape(), &shape)?;
+    let fix = |a: &Array| -> Result<Array> {
+        let a = match lax::convert(Operand::Array(a.clone()), dtype, weak && a.weak_type())? {
+            Operand::Array(a) => a,
+            _ => unreachable!(),
+        };
+        lax::broadcast_to(&a, &shape)
+    };
+    let c = if cond.dtype() != DType::Bool { lax::binary(Primitive::Ne, Operand::Array(cond.clone()), literal(Scalar::I32(0)))? } else { cond.clone() };
+    lax::select_n(&lax::broadcast_to(&c, &shape)?, &[fix(y)?, fix(x)?])
+}
+
+fn norm_axes(op: &str, axes: Option<&[isize]>, ndim: usize) -> Result<Vec<usize>> {
+    match axes {
+        None => Ok((0..ndim).collect()),
+        Some(a) => {
+            let mut out = Vec::new();
+            for &ax in a {
+                let n = if ax < 0 { ax + ndim as isize } else { ax };
+                if n < 0 || n as usize >= ndim {
+                    return Err(Error::value_error(format!(
+                        "{op}: axis {ax} is out of bounds for array of dimension {ndim}"
+                    )));
+                }
+                out.push(n as usize);
+            }
+            out.sort();
+            out.dedup();
+            Ok(out)
+        }
+    }
+}
+
+/// `jnp.sum(x, axis)`; bools and small ints sum as int32.
+#[track_caller]
+pub fn sum(x: &Array, axes: Option<&[isize]>) -> Result<Array> {
+    let axes = norm_axes("sum", axes, x.ndim())?;
+    let x = if x.dtype() == DType::Bool { lax::convert_element_type(x, DType::I32)? } else { x.clone() };
+    lax::bind1(Primitive::ReduceSum { axes }, vec![Operand::Array(x)])
+}
+
+/// `jnp.max(x, axis)`.
+#[track_caller]
+pub fn max(x: &Array, axes: Option<&[isize]>) -> Result<Array> {
+    let axes = norm_axes("max", axes, x.ndim())?;
+    lax::bind1(Primitive::ReduceMax { axes }, vec![Operand::Array(x.clone())])
+}
+
+/// `jnp.min(x, axis)`.
+#[track_caller]
+pub fn min(x: &Array, axes: Option<&[isize]>) -> Result<Array> {
+    let axes = norm_axes("min", axes, x.ndim())?;
+    lax::bind1(Primitive::ReduceMin { axes }, vec![Operand::Array(x.clone())])
+}
+
+/// `jnp.mean(x, axis)`: float result (ints are promoted to float32).
+#[track_caller]
+pub fn mean(x: &Array, axes: Option<&[isize]>) -> Result<Array> {
+    let ax = norm_axes("mean", axes, x.ndim())?;
+    let n: usize = ax.iter().map(|&a| x.shape()[a]).product();
+    let x = if !x.dtype().is_float() { lax::convert_element_type(x, canonicalize_dtype(DType::F64))? } else { x.clone() };
+    let s = lax::bind1(Primitive::ReduceSum { axes: ax }, vec![Operand::Array(x)])?;
+    lax::binary(Primitive::Div, Operand::Array(s), literal(Scalar::F64(n as f64)))
+}
+
+/// `jnp.reshape(x, shape)`; one entry may be -1 (inferred).
+#[track_caller]
+pub fn reshape(x: &Array, shape: &[isize]) -> Result<Array> {
+    let size = x.size();
+    let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+    let infer = shape.iter().filter(|&&d| d < 0).count();
+    if infer > 1 || (infer == 1 && (known == 0 || size % known != 0)) || (infer == 0 && known != size) {
+        return Err(Error::type_error(format!(
+            "cannot reshape array of shape {} (size {size}) into shape {:?}",
+            lax::py_shape(&x.shape()),
+            shape
+        )));
+    }
+    let dims: Vec<usize> = shape.iter().map(|&d| if d < 0 { size / known } else { d as usize }).collect();
+    lax::reshape(x, &dims)
+}
+
+/// `jnp.transpose(x, axes)`; `None` reverses the dimensions.
+#[track_caller]
+pub fn transpose(x: &Array, axes: Option<&[usize]>) -> Result<Array> {
+    let perm: Vec<usize> = axes.map(|a| a.to_vec()).unwrap_or_else(|| (0..x.ndim()).rev().collect());
+    lax::transpose(x, &perm)
+}
+
+/// `jnp.matmul(a, b)` (`a @ b`): 1-d and 2-d operands, and stacks of matrices with
+/// equal leading (batch) dimensions.
+#[track_caller]
+pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
+    let (na, nb) = (a.ndim(), b.ndim());
+    if na == 0 || nb == 0 {
+        return Err(Error::value_error("matmul: operands must not be 0-d (use * for scalars)"));
+    }
+    let (sa, sb) = (a.shape(), b.shape());
+    let ka = na - 1;
+    let kb = if nb == 1 { 0 } else { nb - 2 };
+    if sa[ka] != sb[kb] {
+        return Err(Error::type_error(format!(
+            "matmul: contracting dimensions differ: {} @ {} ({} vs {})",
+            lax::py_shape(&sa),
+            lax::py_shape(&sb),
+            sa[ka],
+            sb[kb]
+        )));
+    }
+    if na <= 2 && nb <= 2 {
+        return lax::dot_general(a, b, (&[ka], &[kb]), (&[], &[]), None);
+    }
+    if na != nb || sa[..na - 2] != sb[..nb - 2] {
+        return Err(Error::type_error(format!(
+            "matmul: batch dimensions must be equal, got {} @ {}",
+            lax::py_shape(&sa),
+            lax::py_shape(&sb)
+        )));
+    }
+    let batch: Vec<usize> = (0..na - 2).collect();
+    lax::dot_general(a, b, (&[ka], &[kb]), (&batch, &batch), None)
+}
+
+/// `jnp.dot(a, b)` (same as matmul for 1-d and 2-d operands).
+#[track_caller]
+pub fn dot(a: &Array, b: &Array) -> Result<Array> {
+    matmul(a, b)
+}
+
+macro_rules! unary_fns {
+    ($($name:ident => $p:ident: $doc:expr),+) => {$(
+        #[doc = $doc]
+        #[track_caller]
+        pub fn $name(x: &Array) -> Result<Array> {
+            lax::unary(Primitive::$p, x)
+        }
+    )+};
+}
+unary_fns!(
+    exp => Exp: "`jnp.exp`: e^x (ints promote to float32).",
+    log => Log: "`jnp.log`: natural logarithm.",
+    sin => Sin: "`jnp.sin`.",
+    cos => Cos: "`jnp.cos`.",
+    tanh => Tanh: "`jnp.tanh`.",
+    sqrt => Sqrt: "`jnp.sqrt`.",
+    negative => Neg: "`jnp.negative`: -x.",
+    abs => Abs: "`jnp.abs`: |x|."
+);
+
+macro_rules! binary_fns {
+    ($($name:ident => $p:ident: $doc:expr),+) => {$(
+        #[doc = $doc]
+        #[track_caller]
+        pub fn $name(x: &Array, y: &Array) -> Result<Array> {
+            lax::binary(Primitive::$p, Operand::Array(x.clone()), Operand::Array(y.clone()))
+        }
+    )+};
+}
+binary_fns!(
+    add => Add: "`jnp.add` with broadcasting. Errors: incompatible shapes (`TypeError` naming both).",
+    subtract => Sub: "`jnp.subtract`.",
+    multiply => Mul: "`jnp.multiply`.",
+    divide => Div: "`jnp.divide` (true division for floats).",
+    power => Pow: "`jnp.power`.",
+    maximum => Max: "`jnp.maximum`.",
+    minimum => Min: "`jnp.minimum`.",
+    equal => Eq: "`jnp.equal` (bool result).",
+    not_equal => Ne: "`jnp.not_equal`.",
+    less => Lt: "`jnp.less`.",
+    less_equal => Le: "`jnp.less_equal`.",
+    greater => Gt: "`jnp.greater`.",
+    greater_equal => Ge: "`jnp.greater_equal`."
+);

@@ -1,0 +1,259 @@
+//! Tracing: the trace stack and `bind`, the one entry point of every primitive.
+//!
+//! With an empty stack a primitive runs eagerly (a one-equation jaxpr, compiled once per
+//! signature and dispatched asynchronously). Inside `jit`/`make_jaxpr` every primitive is
+//! staged into the innermost trace ("omnistaging"): concrete arrays it meets become
+//! constvars. Invariant: an operator never panics while tracing; the first error is kept
+//! in the trace with the user's line and returned by the traced call.
+
+pub mod array;
+pub mod pytree;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::ir::{Atom, Eqn, Jaxpr, Literal, Primitive, Scalar, ShapedArray, SourceInfo, Var};
+use crate::runtime::DeviceArray;
+pub use array::Array;
+use array::Repr;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::panic::Location;
+use std::sync::Arc;
+
+/// A traced value: a variable of the jaxpr being built by trace `trace_id`.
+#[derive(Clone, Debug)]
+pub struct Tracer {
+    pub trace_id: u64,
+    pub var: Var,
+}
+
+/// The state of one trace (one `jit`/`make_jaxpr` being traced).
+pub struct Builder {
+    pub id: u64,
+    /// The traced function's name, for error messages.
+    pub name: String,
+    pub invars: Vec<Var>,
+    /// How each invar is named in messages (`x`, `args[1]`).
+    pub arg_names: Vec<String>,
+    pub eqns: Vec<Eqn>,
+    pub consts: Vec<(Var, Arc<DeviceArray>)>,
+    const_index: HashMap<usize, usize>,
+    next_var: u32,
+    /// The first error raised while tracing.
+    pub error: Option<Error>,
+}
+
+thread_local! {
+    static STACK: RefCell<Vec<Builder>> = const { RefCell::new(Vec::new()) };
+}
+
+fn next_trace_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Converts a `#[track_caller]` location into the jaxpr's source info.
+pub fn source_info(loc: &Location<'_>) -> SourceInfo {
+    SourceInfo { file: loc.file().to_string(), line: loc.line(), column: loc.column() }
+}
+
+/// Whether a trace is active on this thread.
+pub fn is_tracing() -> bool {
+    STACK.with(|s| !s.borrow().is_empty())
+}
+
+/// Starts a trace with one invar per aval; returns the trace id and the tracers.
+pub fn push_trace(name: &str, in_avals: &[ShapedArray], arg_names: Vec<String>) -> (u64, Vec<Array>) {
+    let id = next_trace_id();
+    let mut b = Builder {
+        id,
+        name: name.to_string(),
+        invars: vec![],
+        arg_names,
+        eqns: vec![],
+        consts: vec![],
+        const_index: HashMap::new(),
+        next_var: 0,
+        error: None,
+    };
+    let tracers = in_avals
+        .iter()
+        .map(|a| {
+            let v = b.new_var(a.clone());
+            b.invars.push(v.clone());
+            Array(Repr::Tracer(Tracer { trace_id: id, var: v }))
+        })
+        .collect();
+    STACK.with(|s| s.borrow_mut().push(b));
+    (id, tracers)
+}
+
+/// Ends the innermost trace, making a jaxpr whose outputs are `outs`.
+/// Errors: the first error recorded while tracing; an output that is not a value of this
+/// trace (a tracer leaked from elsewhere).
+pub fn pop_trace(id: u64, outs: &[Array]) -> Result<(Jaxpr, Vec<Arc<DeviceArray>>)> {
+    // Outputs that are concrete arrays become constvars of this trace first.
+    let atoms: Vec<Result<Atom>> = outs.iter().map(|o| to_atom_in_top(o)).collect();
+    let b = STACK.with(|s| s.borrow_mut().pop()).expect("trace stack underflow");
+    debug_assert_eq!(b.id, id);
+    if let Some(e) = b.error {
+        return Err(e);
+    }
+    let outvars = atoms.into_iter().collect::<Result<Vec<_>>>()?;
+    let (constvars, consts): (Vec<Var>, Vec<Arc<DeviceArray>>) = b.consts.into_iter().unzip();
+    Ok((Jaxpr { constvars, invars: b.invars, eqns: b.eqns, outvars }, consts))
+}
+
+/// Abandons the innermost trace (after a panic in the traced function).
+pub fn abandon_trace(id: u64) {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.last().map(|b| b.id) == Some(id) {
+            s.pop();
+        }
+    });
+}
+
+impl Builder {
+    fn new_var(&mut self, aval: ShapedArray) -> Var {
+        let v = Var { id: self.next_var, aval };
+        self.next_var += 1;
+        v
+    }
+}
+
+fn to_atom_in_top(a: &Array) -> Result<Atom> {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        let b = s.last_mut().expect("no trace");
+        atom_for(b, a)
+    })
+}
+
+fn atom_for(b: &mut Builder, a: &Array) -> Result<Atom> {
+    match &a.0 {
+        Repr::Tracer(t) if t.trace_id == b.id => Ok(Atom::Var(t.var.clone())),
+        Repr::Tracer(_) => Err(Error::new(
+            ErrorKind::Type,
+            format!(
+                "a traced value from another (enclosing or finished) trace reached the trace of {}. \
+                 Pass it as an argument instead of capturing it in the closure (JAX: UnexpectedTracerError).",
+                b.name
+            ),
+        )),
+        Repr::Device(d) => {
+            let key = Arc::as_ptr(d) as usize;
+            if let Some(&i) = b.const_index.get(&key) {
+                return Ok(Atom::Var(b.consts[i].0.clone()));
+            }
+            let v = b.new_var(d.aval.clone());
+            b.const_index.insert(key, b.consts.len());
+            b.consts.push((v.clone(), d.clone()));
+            Ok(Atom::Var(v))
+        }
+    }
+}
+
+/// An operand of `bind`: an array (concrete or traced) or an inline scalar literal.
+#[derive(Clone, Debug)]
+pub enum Operand {
+    Array(Array),
+    Lit(Scalar, ShapedArray),
+}
+
+impl Operand {
+    pub fn aval(&self) -> ShapedArray {
+        match self {
+            Operand::Array(a) => a.aval(),
+            Operand::Lit(_, a) => a.clone(),
+        }
+    }
+}
+
+/// Applies `prim` to `operands`: staged into the innermost trace, or run eagerly.
+/// Errors: the primitive's type rule (with the user's line), compilation failures.
+/// While tracing, an error is also recorded in the trace (so operators that cannot
+/// return `Result` still surface it) and placeholder tracers are returned.
+pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Result<Vec<Array>> {
+    let in_avals: Vec<ShapedArray> = operands.iter().map(|o| o.aval()).collect();
+    let src = source_info(loc);
+    let out_avals = crate::lax::shape::abstract_eval(&prim, &in_avals).map_err(|e| e.at(Some(src.clone())));
+    if is_tracing() {
+        return STACK.with(|s| {
+            let mut s = s.borrow_mut();
+            let b = s.last_mut().unwrap();
+            let out_avals = match out_avals {
+                Ok(o) => o,
+                Err(e) => {
+                    if b.error.is_none() {
+                        b.error = Some(e.clone());
+                    }
+                    return Err(e);
+                }
+            };
+            let mut inputs = Vec::with_capacity(operands.len());
+            for o in &operands {
+                match o {
+                    Operand::Array(a) => match atom_for(b, a) {
+                        Ok(at) => inputs.push(at),
+                        Err(e) => {
+                            let e = e.at(Some(src.clone()));
+                            if b.error.is_none() {
+                                b.error = Some(e.clone());
+                            }
+                            return Err(e);
+                        }
+                    },
+                    Operand::Lit(v, aval) => inputs.push(Atom::Lit(Literal { value: *v, aval: aval.clone() })),
+                }
+            }
+            let outputs: Vec<Var> = out_avals.into_iter().map(|a| b.new_var(a)).collect();
+            let id = b.id;
+            b.eqns.push(Eqn { primitive: prim, inputs, outputs: outputs.clone(), source: Some(src) });
+            Ok(outputs.into_iter().map(|v| Array(Repr::Tracer(Tracer { trace_id: id, var: v }))).collect())
+        });
+    }
+    let out_avals = out_avals?;
+    crate::transform::eager::apply(prim, operands, out_avals).map_err(|e| e.at(Some(src)))
+}
+
+/// Records `e` in the innermost trace (if any) and returns a placeholder of `aval` so an
+/// operator can continue; outside a trace returns `None` (the caller panics with `e`).
+pub fn record_error(e: Error, aval: ShapedArray) -> Option<Array> {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        let b = s.last_mut()?;
+        if b.error.is_none() {
+            b.error = Some(e);
+        }
+        let v = b.new_var(aval);
+        Some(Array(Repr::Tracer(Tracer { trace_id: b.id, var: v })))
+    })
+}
+
+/// For a tracer of the innermost trace: the names of the arguments it depends on, and
+/// the traced function's name (for TracerBoolConversionError messages).
+pub fn tracer_provenance(t: &Tracer) -> Option<(String, Vec<String>)> {
+    STACK.with(|s| {
+        let s = s.borrow();
+        let b = s.iter().find(|b| b.id == t.trace_id)?;
+        let mut deps: std::collections::HashSet<u32> = [t.var.id].into_iter().collect();
+        for e in b.eqns.iter().rev() {
+            if e.outputs.iter().any(|o| deps.contains(&o.id)) {
+                for i in &e.inputs {
+                    if let Atom::Var(v) = i {
+                        deps.insert(v.id);
+                    }
+                }
+            }
+        }
+        let names = b
+            .invars
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| deps.contains(&v.id))
+            .map(|(i, _)| b.arg_names.get(i).cloned().unwrap_or_else(|| format!("args[{i}]")))
+            .collect();
+        Some((b.name.clone(), names))
+    })
+}

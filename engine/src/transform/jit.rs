@@ -1,0 +1,403 @@
+//! `jit`: trace once per signature, compile once per lowered module, call fast.
+//!
+//! The trace cache lives in each `Jitted` (JAX keys it on the function object); its key
+//! is the argument signature: pytree structure, leaf avals (shape, dtype, weak type) and
+//! static values. Misses are explained when `jax_explain_cache_misses` is on, and every
+//! call that missed a cache layer is recorded for `%explain`.
+
+use super::explain::{self, Event};
+use super::pipeline::{self, CompiledArtifacts, StageOptions};
+use super::stages::{Compiled, Lowered, Traced};
+use crate::config;
+use crate::error::{Error, Result};
+use crate::ir::{ClosedJaxpr, ShapedArray, SourceInfo};
+use crate::runtime::{dispatch, Buffer, DeviceArray};
+use crate::trace::pytree::{flatten_value, ArgLeaf, Args, Flat, Pytree, StaticValue};
+use crate::trace::{self, source_info, Array};
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::panic::Location;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// What a traced function may return: a pytree, or `Result` of one (so `?` works).
+pub trait TraceOutput {
+    /// The pytree type of the output.
+    type Out: Pytree;
+    fn into_result(self) -> Result<Self::Out>;
+}
+impl<R: Pytree> TraceOutput for R {
+    type Out = R;
+    fn into_result(self) -> Result<R> {
+        Ok(self)
+    }
+}
+impl<R: Pytree> TraceOutput for Result<R> {
+    type Out = R;
+    fn into_result(self) -> Result<R> {
+        self
+    }
+}
+
+/// The cache key of a trace: everything about the arguments that changes the jaxpr.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Signature {
+    pub treedef: String,
+    pub avals: Vec<ShapedArray>,
+    pub statics: Vec<String>,
+    #[doc(hidden)]
+    pub static_hashes: Vec<u64>,
+}
+
+impl Signature {
+    fn of(flat: &Flat) -> Signature {
+        Signature {
+            treedef: flat.treedef.clone(),
+            avals: flat.leaves.iter().map(|l| l.aval()).collect(),
+            statics: flat.statics.iter().map(|s| s.repr.clone()).collect(),
+            static_hashes: flat.statics.iter().map(|s| s.hash).collect(),
+        }
+    }
+}
+
+/// One traced signature: the jaxpr and, once compiled, the executable.
+pub struct CacheEntry {
+    pub jaxpr: ClosedJaxpr,
+    pub out_statics: Vec<StaticValue>,
+    pub trace_secs: f64,
+    pub compiled: OnceLock<CompiledArtifacts>,
+}
+
+pub(crate) struct JitInner<A, R> {
+    f: Box<dyn Fn(A) -> Result<R>>,
+    pub(crate) name: String,
+    pub(crate) site: SourceInfo,
+    id: u64,
+    cache: Mutex<HashMap<Signature, Arc<CacheEntry>>>,
+    seen: Mutex<Vec<Signature>>,
+}
+
+/// A jit-compiled function (JAX's `jax.jit(f)`). Cloning shares the caches.
+pub struct Jitted<A, R> {
+    pub(crate) inner: Arc<JitInner<A, R>>,
+    _p: PhantomData<fn(A) -> R>,
+}
+
+impl<A, R> Clone for Jitted<A, R> {
+    fn clone(&self) -> Self {
+        Jitted { inner: self.inner.clone(), _p: PhantomData }
+    }
+}
+
+fn definition_sites() -> &'static Mutex<HashMap<SourceInfo, u64>> {
+    static S: OnceLock<Mutex<HashMap<SourceInfo, u64>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn default_name<F>() -> String {
+    let t = std::any::type_name::<F>();
+    if t.contains("{{closure}}") {
+        return "f".to_string();
+    }
+    t.rsplit("::").next().unwrap_or("f").to_string()
+}
+
+/// Wraps `f` for tracing and compilation (JAX's `jax.jit`). `f` takes one pytree
+/// argument (several arguments are a tuple) and returns a pytree or `Result` of one.
+/// The function name used in the lowered module (`@jit_<name>`) is the item's name for
+/// `fn` items and `f` for closures; set another with `.with_name`.
+#[track_caller]
+pub fn jit<A, O, F>(f: F) -> Jitted<A, O::Out>
+where
+    A: Pytree,
+    O: TraceOutput,
+    F: Fn(A) -> O + 'static,
+{
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let site = source_info(Location::caller());
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Jitted {
+        inner: Arc::new(JitInner {
+            f: Box::new(move |a| f(a).into_result()),
+            name: default_name::<F>(),
+            site,
+            id,
+            cache: Mutex::new(HashMap::new()),
+            seen: Mutex::new(Vec::new()),
+        }),
+        _p: PhantomData,
+    }
+}
+
+impl<A: Pytree, R: Pytree> Jitted<A, R> {
+    /// The same function under another name (`module @jit_<name>`).
+    pub fn with_name(self, name: &str) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("with_name must be called right after jit"));
+        Jitted { inner: Arc::new(JitInner { name: name.to_string(), ..inner }), _p: PhantomData }
+    }
+
+    /// The function's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Calls the function: trace on a new signature, compile on a new lowered module,
+    /// then dispatch asynchronously (results are futures; reading them waits).
+    /// Errors: tracing errors with the user's line, compile errors, `KeyboardInterrupt`.
+    #[track_caller]
+    pub fn call(&self, args: impl Args<A>) -> Result<R> {
+        let call_site = source_info(Location::caller());
+        let mut flat = Flat::default();
+        args.flatten_args(&mut flat);
+        if trace::is_tracing() || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.is_tracer())) {
+            // Nested jit: inline into the enclosing trace.
+            let a = self.rebuild_args(&flat)?;
+            return (self.inner.f)(a);
+        }
+        if flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Spec(_))) {
+            return Err(Error::type_error(
+                "cannot call a jitted function with ShapeDtypeStruct arguments; use .trace(...) or .lower(...) for specs",
+            ));
+        }
+        let (entry, traced_now) = self.lookup_or_trace(&flat, &call_site)?;
+        let t0 = Instant::now();
+        let was_compiled = entry.compiled.get().is_some();
+        let art = self.compiled(&entry)?;
+        crate::magic::note_call(&self.inner.name, &entry);
+        if traced_now || !was_compiled {
+            explain::record(Event {
+                function: self.inner.name.clone(),
+                call_site: call_site.clone(),
+                trace_miss: traced_now,
+                trace_secs: if traced_now { entry.trace_secs } else { 0.0 },
+                executable_hit: art.cache_hit,
+                compile_secs: if was_compiled { 0.0 } else { t0.elapsed().as_secs_f64() },
+                reason: None,
+            });
+        }
+        let inputs: Vec<Arc<DeviceArray>> = flat
+            .leaves
+            .iter()
+            .map(|l| match l {
+                ArgLeaf::Value(a) => a.device().cloned().expect("concrete"),
+                ArgLeaf::Spec(_) => unreachable!(),
+            })
+            .collect();
+        let outs = run(&art.executable, &entry.jaxpr, inputs)?;
+        if entry.jaxpr.jaxpr.has_effects() {
+            for o in &outs {
+                o.block_until_ready()?;
+            }
+            dispatch::barrier()?;
+        }
+        crate::trace::pytree::unflatten_like::<R>("", outs, entry.out_statics.clone())
+    }
+
+    fn rebuild_args(&self, flat: &Flat) -> Result<A> {
+        let leaves: Vec<Array> = flat
+            .leaves
+            .iter()
+            .map(|l| match l {
+                ArgLeaf::Value(a) => Ok(a.clone()),
+                ArgLeaf::Spec(_) => Err(Error::type_error("ShapeDtypeStruct arguments inside a trace")),
+            })
+            .collect::<Result<_>>()?;
+        crate::trace::pytree::unflatten_like::<A>(&flat.treedef, leaves, flat.statics.clone())
+    }
+
+    pub(crate) fn compiled<'e>(&self, entry: &'e CacheEntry) -> Result<&'e CompiledArtifacts> {
+        if let Some(c) = entry.compiled.get() {
+            return Ok(c);
+        }
+        let c = pipeline::compile_jaxpr(&entry.jaxpr, &self.inner.name, &StageOptions::default())?;
+        let _ = entry.compiled.set(c);
+        Ok(entry.compiled.get().expect("just set"))
+    }
+
+    /// Finds the trace for `flat`'s signature or traces now; the bool says whether it traced.
+    pub(crate) fn lookup_or_trace(&self, flat: &Flat, call_site: &SourceInfo) -> Result<(Arc<CacheEntry>, bool)> {
+        let sig = Signature::of(flat);
+        if let Some(e) = self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&sig) {
+            return Ok((e.clone(), false));
+        }
+        let reason = self.explain_miss(&sig, call_site);
+        if config::explain_cache_misses() {
+            eprintln!("{reason}");
+        }
+        explain::set_pending_reason(reason);
+        let t0 = Instant::now();
+        let (jaxpr, out_statics) = self.trace_flat(flat, &sig)?;
+        let entry = Arc::new(CacheEntry {
+            jaxpr,
+            out_statics,
+            trace_secs: t0.elapsed().as_secs_f64(),
+            compiled: OnceLock::new(),
+        });
+        if config::log_compiles() {
+            eprintln!("Finished tracing {} for jit in {:.9} sec", self.inner.name, entry.trace_secs);
+        }
+        self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(sig.clone(), entry.clone());
+        self.inner.seen.lock().unwrap_or_else(|e| e.into_inner()).push(sig);
+        Ok((entry, true))
+    }
+
+    fn trace_flat(&self, flat: &Flat, sig: &Signature) -> Result<(ClosedJaxpr, Vec<StaticValue>)> {
+        let names: Vec<String> = (0..sig.avals.len()).map(|i| format!("args[{i}]")).collect();
+        let (id, tracers) = trace::push_trace(&self.inner.name, &sig.avals, names);
+        let a = match crate::trace::pytree::unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone()) {
+            Ok(a) => a,
+            Err(e) => {
+                trace::abandon_trace(id);
+                return Err(e);
+            }
+        };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.inner.f)(a)));
+        let r = match r {
+            Ok(r) => r,
+            Err(p) => {
+                trace::abandon_trace(id);
+                std::panic::resume_unwind(p);
+            }
+        };
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                // Prefer the first error the trace recorded (it has the user's line).
+                let recorded = trace::pop_trace(id, &[]).err();
+                return Err(recorded.unwrap_or(e));
+            }
+        };
+        let out = flatten_value(&r);
+        let outs: Vec<Array> = out
+            .leaves
+            .into_iter()
+            .map(|l| match l {
+                ArgLeaf::Value(a) => a,
+                ArgLeaf::Spec(s) => crate::numpy::zeros(&s.shape, s.dtype),
+            })
+            .collect();
+        let (jaxpr, consts) = trace::pop_trace(id, &outs)?;
+        let consts = consts.iter().map(|d| d.wait()).collect::<Result<Vec<Arc<Buffer>>>>()?;
+        Ok((ClosedJaxpr { jaxpr, consts }, out.statics))
+    }
+
+    fn explain_miss(&self, sig: &Signature, call_site: &SourceInfo) -> String {
+        let at = format!("TRACING CACHE MISS at {}:{}:{}:", call_site.file, call_site.line, call_site.column);
+        let seen = self.inner.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let site = &self.inner.site;
+        if seen.is_empty() {
+            let mut s = format!(
+                "{at}\n  never seen function:\n    {} id={} defined at {}:{}",
+                self.inner.name, self.inner.id, site.file, site.line
+            );
+            let mut sites = definition_sites().lock().unwrap_or_else(|e| e.into_inner());
+            let n = sites.entry(site.clone()).or_insert(0);
+            if *n > 0 {
+                s.push_str(
+                    "\n  but seen another function defined on the same line; maybe the function is\n  being re-defined repeatedly, preventing caching?",
+                );
+            }
+            *n += 1;
+            return s;
+        }
+        let mut s = format!(
+            "{at}\n  for {} defined at {}:{}\n  all previously seen cache keys differ. For the closest previous key:",
+            self.inner.name, site.file, site.line
+        );
+        let closest = seen
+            .iter()
+            .min_by_key(|k| (k.treedef != sig.treedef) as usize * 100 + k.avals.iter().zip(&sig.avals).filter(|(a, b)| a != b).count())
+            .expect("non-empty");
+        if closest.treedef != sig.treedef {
+            s.push_str(&format!("\n  different input pytree:\n  * now {} and before {}", sig.treedef, closest.treedef));
+        } else if closest.avals != sig.avals {
+            s.push_str("\n  different input types:");
+            for (i, (now, before)) in sig.avals.iter().zip(&closest.avals).enumerate() {
+                if now != before {
+                    if now.shape == before.shape && now.dtype == before.dtype {
+                        s.push_str(&format!(
+                            "\n  * at args[{i}], now {}{{weak_type={}}} and before {}{{weak_type={}}}",
+                            now.short(),
+                            py_bool(now.weak_type),
+                            before.short(),
+                            py_bool(before.weak_type)
+                        ));
+                    } else {
+                        s.push_str(&format!("\n  * at args[{i}], now {} and before {}", now.short(), before.short()));
+                    }
+                }
+            }
+        } else {
+            s.push_str(&format!(
+                "\n  different static arguments:\n  * now {} and before {}",
+                sig.statics.join(", "),
+                closest.statics.join(", ")
+            ));
+        }
+        s
+    }
+
+    /// Traces for `args` (arrays or `ShapeDtypeStruct` specs) without compiling (JAX's
+    /// `jit(f).trace(...)`). Errors: tracing errors.
+    #[track_caller]
+    pub fn trace(&self, args: impl Args<A>) -> Result<Traced<A, R>> {
+        let call_site = source_info(Location::caller());
+        let mut flat = Flat::default();
+        args.flatten_args(&mut flat);
+        let (entry, _) = self.lookup_or_trace(&flat, &call_site)?;
+        Ok(Traced::new(self.clone(), entry, Signature::of(&flat)))
+    }
+
+    /// `jit(f).lower(args)`: trace then lower.
+    #[track_caller]
+    pub fn lower(&self, args: impl Args<A>) -> Result<Lowered<A, R>> {
+        self.trace(args)?.lower()
+    }
+
+    /// `jit(f).eval_shape(args)`: output types without compiling.
+    #[track_caller]
+    pub fn eval_shape(&self, args: impl Args<A>) -> Result<Vec<crate::ir::ShapeDtypeStruct>> {
+        Ok(self.trace(args)?.out_info())
+    }
+
+    /// Number of traces in this function's cache.
+    pub fn cache_size(&self) -> usize {
+        self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Compiles an entry (shared with `Lowered::compile`).
+    pub(crate) fn compile_entry(&self, entry: &CacheEntry) -> Result<Compiled<A, R>> {
+        let art = self.compiled(entry)?;
+        Ok(Compiled::new(art.lowered.clone(), art.executable.clone(), entry.jaxpr.clone(), entry.out_statics.clone()))
+    }
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}
+
+/// Dispatches an executable on device inputs; outputs carry the jaxpr's out avals
+/// (weak types included).
+pub(crate) fn run(exe: &pipeline::ExecutableRef, jaxpr: &ClosedJaxpr, inputs: Vec<Arc<DeviceArray>>) -> Result<Vec<Array>> {
+    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().map(DeviceArray::pending).collect();
+    let exe = exe.clone();
+    dispatch::submit(outs.clone(), move || {
+        let bufs = inputs.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
+        exe.execute(&refs)
+    });
+    Ok(outs.into_iter().map(Array::from_device).collect())
+}
+
+/// `jax.make_jaxpr(f)(args)`: the closed jaxpr of `f` at `args`.
+#[track_caller]
+pub fn make_jaxpr<A, O, F>(f: F, args: impl Args<A>) -> Result<ClosedJaxpr>
+where
+    A: Pytree,
+    O: TraceOutput,
+    F: Fn(A) -> O + 'static,
+{
+    let j = jit(f);
+    let t = j.trace(args)?;
+    Ok(t.jaxpr().clone())
+}

@@ -1,0 +1,11 @@
+//! Transformations, as interpreters over traces: `jit` (with the AOT stages) and eager
+//! execution. grad, vmap, shard_map and control flow come in later issues.
+
+pub mod eager;
+pub mod explain;
+pub mod jit;
+pub mod pipeline;
+pub mod stages;
+
+pub use jit::{jit, make_jaxpr, Jitted};
+pub use stages::{Compiled, Lowered, Traced};
