@@ -28,6 +28,8 @@ CARGO_FLAGS ?=
 BIN_DIR := $(CARGO_TARGET_DIR)/debug
 export JAXREPL_BIN := $(BIN_DIR)/jaxrepl
 export JAXREPL_KERNEL_BIN := $(BIN_DIR)/jaxrepl-kernel
+# The session's prelude `:dep`s this clone's engine (the binaries live outside the clone).
+export JAXREPL_ENGINE_DIR := $(ROOT)/engine
 
 # Jupyter state stays inside the clone (nothing in $HOME); the kernelspec is installed
 # afresh into JUPYTER_PATH before every test run, pointing at the binary just built.
