@@ -131,8 +131,16 @@ pub fn broadcast_to(x: &Array, shape: &[usize]) -> Result<Array> {
 }
 
 /// A binary elementwise op with jnp's promotion and broadcasting.
+/// Errors: incompatible shapes (`TypeError` naming the op and both shapes), with the
+/// caller's line.
 #[track_caller]
 pub fn binary(p: Primitive, x: Operand, y: Operand) -> Result<Array> {
+    let loc = crate::trace::source_info(Location::caller());
+    binary_inner(p, x, y).map_err(|e| e.at(Some(loc)))
+}
+
+#[track_caller]
+fn binary_inner(p: Primitive, x: Operand, y: Operand) -> Result<Array> {
     let (ax, ay) = (x.aval(), y.aval());
     let shape = broadcast_shapes(p.name(), &ax.shape, &ay.shape)?;
     let (dtype, weak) = promote(&ax, &ay);
