@@ -143,7 +143,11 @@ pub fn binary(p: Primitive, x: Operand, y: Operand) -> Result<Array> {
 fn binary_inner(p: Primitive, x: Operand, y: Operand) -> Result<Array> {
     let (ax, ay) = (x.aval(), y.aval());
     let shape = broadcast_shapes(p.name(), &ax.shape, &ay.shape)?;
-    let (dtype, weak) = promote(&ax, &ay);
+    let (mut dtype, weak) = promote(&ax, &ay);
+    if p == Primitive::Div && !dtype.is_float() {
+        // numpy's true division: integer operands divide as float32 (`jnp.true_divide`).
+        dtype = crate::trace::array::canonicalize_dtype(DType::F64);
+    }
     let x = convert(x, dtype, ax.weak_type && weak)?;
     let y = convert(y, dtype, ay.weak_type && weak)?;
     let fit = |o: Operand| -> Result<Operand> {
