@@ -1,0 +1,145 @@
+//! The runtime symbols compiled code calls for `debug_callback`:
+//! `jaxrepl_callback_arg_<dtype>(id: i64, index: i64, rank: i64, desc: *const i64)` (an
+//! unranked memref as lowered by MLIR: rank plus a pointer to the ranked descriptor
+//! `[alloc, aligned, offset, sizes.., strides..]`) copies one operand into a fresh
+//! `Buffer`; `jaxrepl_callback_fire(id, nargs)` hands the collected operands to
+//! `crate::runtime::callbacks::fire`.
+//!
+//! Invariants: operands are collected per thread (compiled code runs on the calling
+//! thread, so concurrent executions never mix their operands); nothing unwinds into
+//! compiled code (panics are caught and surface as an `Error` from `execute`).
+
+use crate::error::Error;
+use crate::ir::{CallbackId, DType, ShapedArray};
+use crate::runtime::Buffer;
+use std::cell::RefCell;
+use std::ffi::c_void;
+
+thread_local! {
+    /// Operands collected for the callback about to fire: (id, index, value).
+    static PENDING: RefCell<Vec<(i64, i64, Buffer)>> = const { RefCell::new(Vec::new()) };
+    /// The first failure inside a callback during the current execution.
+    static FAILURE: RefCell<Option<Error>> = const { RefCell::new(None) };
+    /// Test hook: when set, fired callbacks are recorded here instead of run.
+    #[cfg(test)]
+    pub(crate) static CAPTURE: RefCell<Option<Vec<(CallbackId, Vec<Buffer>)>>> = const { RefCell::new(None) };
+}
+
+fn fail(msg: String) {
+    FAILURE.with(|f| {
+        let mut f = f.borrow_mut();
+        if f.is_none() {
+            *f = Some(Error::runtime(msg));
+        }
+    });
+}
+
+/// Clears per-thread state before an execution.
+pub(crate) fn begin() {
+    PENDING.with(|p| p.borrow_mut().clear());
+    FAILURE.with(|f| *f.borrow_mut() = None);
+}
+
+/// The failure raised by a callback during the execution that just ran, if any.
+pub(crate) fn finish() -> Result<(), Error> {
+    PENDING.with(|p| p.borrow_mut().clear());
+    FAILURE.with(|f| f.borrow_mut().take()).map_or(Ok(()), Err)
+}
+
+/// Copies the memref described by (`rank`, `desc`) of element type `dtype` into a Buffer.
+///
+/// # Safety
+/// `desc` must point to a ranked memref descriptor of `rank` dims whose data is valid.
+unsafe fn read_memref(dtype: DType, rank: i64, desc: *const i64) -> Buffer {
+    let r = rank.max(0) as usize;
+    // SAFETY: the descriptor has 3 + 2*rank words (caller's contract).
+    let words = unsafe { std::slice::from_raw_parts(desc, 3 + 2 * r) };
+    let base = words[1] as *const u8;
+    let offset = words[2] as isize;
+    let sizes: Vec<usize> = words[3..3 + r].iter().map(|&s| s.max(0) as usize).collect();
+    let strides = &words[3 + r..3 + 2 * r];
+    let mut buf = Buffer::zeros(&ShapedArray::new(&sizes, dtype));
+    let n: usize = sizes.iter().product();
+    let es = dtype.size_bytes();
+    let out = buf.bytes_mut();
+    let mut idx = vec![0usize; r];
+    for k in 0..n {
+        let mut lin = offset;
+        for d in 0..r {
+            lin += idx[d] as isize * strides[d] as isize;
+        }
+        // SAFETY: (offset + sum idx*stride) is inside the memref's data.
+        let src = unsafe { std::slice::from_raw_parts(base.offset(lin * es as isize), es) };
+        out[k * es..(k + 1) * es].copy_from_slice(src);
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < sizes[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    if dtype == DType::Bool {
+        for b in out.iter_mut() {
+            *b &= 1;
+        }
+    }
+    buf
+}
+
+fn collect(dtype: DType, id: i64, index: i64, rank: i64, desc: *const i64) {
+    let r = std::panic::catch_unwind(|| {
+        // SAFETY: compiled code passes a live descriptor of this rank and dtype.
+        let b = unsafe { read_memref(dtype, rank, desc) };
+        PENDING.with(|p| p.borrow_mut().push((id, index, b)));
+    });
+    if r.is_err() {
+        fail(format!("reading operand {index} of host callback {id} panicked"));
+    }
+}
+
+extern "C" fn fire(id: i64, nargs: i64) {
+    let mut args: Vec<(i64, Buffer)> = PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        let (mine, rest): (Vec<_>, Vec<_>) = p.drain(..).partition(|(i, _, _)| *i == id);
+        *p = rest;
+        mine.into_iter().map(|(_, k, b)| (k, b)).collect()
+    });
+    args.sort_by_key(|(k, _)| *k);
+    if args.len() as i64 != nargs {
+        fail(format!("host callback {id} got {} of {nargs} operands", args.len()));
+        return;
+    }
+    let args: Vec<Buffer> = args.into_iter().map(|(_, b)| b).collect();
+    let cid = id as CallbackId;
+    #[cfg(test)]
+    {
+        let captured = CAPTURE.with(|c| c.borrow_mut().as_mut().map(|v| v.push((cid, args.clone()))).is_some());
+        if captured {
+            return;
+        }
+    }
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::runtime::callbacks::fire(cid, args))).is_err() {
+        fail(format!("host callback {id} panicked"));
+    }
+}
+
+macro_rules! arg_symbols {
+    ($($f:ident => $d:expr),* $(,)?) => {
+        $(extern "C" fn $f(id: i64, index: i64, rank: i64, desc: *const i64) { collect($d, id, index, rank, desc) })*
+        /// Every runtime symbol, by the name compiled code calls, for `register_symbol`.
+        pub(crate) fn symbols() -> Vec<(String, *mut c_void)> {
+            let mut v: Vec<(String, *mut c_void)> = vec![
+                $((format!("jaxrepl_callback_arg_{}", $d.short_name()), $f as *const () as *mut c_void),)*
+            ];
+            v.push(("jaxrepl_callback_fire".into(), fire as *const () as *mut c_void));
+            v
+        }
+    };
+}
+
+arg_symbols! {
+    arg_bool => DType::Bool, arg_i8 => DType::I8, arg_i16 => DType::I16, arg_i32 => DType::I32,
+    arg_i64 => DType::I64, arg_u8 => DType::U8, arg_u32 => DType::U32, arg_bf16 => DType::BF16,
+    arg_f16 => DType::F16, arg_f32 => DType::F32, arg_f64 => DType::F64,
+}

@@ -1,0 +1,175 @@
+//! The process-wide MLIR context, diagnostics capture, pass pipelines, and a checked
+//! wrapper around the C API's ExecutionEngine.
+//!
+//! Invariants: there is exactly one MLIR `Context` per process, created lazily and only
+//! ever touched while its `Mutex` is held (MLIR contexts are not thread-safe for
+//! mutation; melior's `Context` is neither Send nor Sync, hence the wrapper). Every MLIR
+//! object made in it (modules kept by `Executable`s) is created and destroyed under that
+//! lock. A null engine or a null lookup is an `Error`, never a crash.
+
+use crate::error::Error;
+use melior::dialect::DialectRegistry;
+use melior::ir::Module;
+use melior::pass::PassManager;
+use melior::utility::{parse_pass_pipeline, register_all_dialects, register_all_llvm_translations, register_all_passes};
+use melior::Context;
+use mlir_sys::*;
+use std::ffi::{c_void, CStr, CString};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// The passes from tensors to loops on memrefs (their output is `optimized_ir`). `@main`
+/// is private here (the compile stage made it so) and is inlined into the entry.
+/// `arith-expand{include-bf16}` runs first: it rewrites bf16 casts into integer ops before
+/// canonicalization can fold `truncf(uitofp x)` into a direct int→bf16 cast, which LLVM
+/// would lower to the `__truncsfbf2` libcall the JIT cannot resolve.
+pub const PIPELINE_TO_LOOPS: &str = "builtin.module(arith-expand{include-bf16=true},inline,symbol-dce,linalg-fuse-elementwise-ops,\
+eliminate-empty-tensors,one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
+buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
+
+/// The passes from loops on memrefs to the LLVM dialect. `convert-math-to-funcs` expands
+/// `math.ipowi`; `convert-math-to-libm` catches every math op without an LLVM intrinsic.
+pub const PIPELINE_TO_LLVM: &str = "builtin.module(convert-math-to-funcs,lower-affine,convert-scf-to-cf,\
+expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,arith-expand{include-bf16=true},\
+convert-arith-to-llvm,convert-index-to-llvm,convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,\
+reconcile-unrealized-casts)";
+
+/// The process's MLIR context. Sound to send between threads because every use goes
+/// through the `Mutex` in `context()`, one thread at a time.
+pub struct MlirContext {
+    pub ctx: Context,
+}
+unsafe impl Send for MlirContext {}
+
+impl MlirContext {
+    fn new() -> MlirContext {
+        let registry = DialectRegistry::new();
+        register_all_dialects(&registry);
+        let ctx = Context::new_with_registry(&registry, false);
+        ctx.load_all_available_dialects();
+        register_all_llvm_translations(&ctx);
+        register_all_passes();
+        MlirContext { ctx }
+    }
+}
+
+/// Locks the process-wide MLIR context (creating it on first use, ~10 ms).
+pub fn context() -> MutexGuard<'static, MlirContext> {
+    static CTX: OnceLock<Mutex<MlirContext>> = OnceLock::new();
+    CTX.get_or_init(|| Mutex::new(MlirContext::new())).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Collects the context's diagnostics while alive (and keeps them off stderr).
+pub struct Diagnostics<'c> {
+    ctx: &'c Context,
+    id: Option<melior::diagnostic::DiagnosticHandlerId>,
+    pub messages: Arc<Mutex<Vec<String>>>,
+}
+
+impl<'c> Diagnostics<'c> {
+    pub fn capture(ctx: &'c Context) -> Diagnostics<'c> {
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let sink = messages.clone();
+        let id = ctx.attach_diagnostic_handler(move |d| {
+            let mut s = format!("{}: {:?}: {}", d.location(), d.severity(), d);
+            for i in 0..d.note_count() {
+                if let Ok(n) = d.note(i) {
+                    s.push_str(&format!("\n  note: {n}"));
+                }
+            }
+            sink.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+            true
+        });
+        Diagnostics { ctx, id: Some(id), messages }
+    }
+    /// The diagnostics so far, one per line ("" if none).
+    pub fn text(&self) -> String {
+        self.messages.lock().unwrap_or_else(|e| e.into_inner()).join("\n")
+    }
+    /// An `ErrorKind::Compile` error: `what`, then the diagnostics.
+    pub fn error(&self, what: &str) -> Error {
+        let d = self.text();
+        Error::compile(if d.is_empty() { what.to_string() } else { format!("{what}:\n{d}") })
+    }
+}
+
+impl Drop for Diagnostics<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.ctx.detach_diagnostic_handler(id);
+        }
+    }
+}
+
+/// Runs a textual pass pipeline on `module`; errors carry the diagnostics.
+pub fn run_pipeline(ctx: &Context, module: &mut Module, pipeline: &str, diags: &Diagnostics) -> Result<(), Error> {
+    let pm = PassManager::new(ctx);
+    parse_pass_pipeline(pm.as_operation_pass_manager(), pipeline)
+        .map_err(|e| Error::compile(format!("bad pass pipeline `{pipeline}`: {e}")))?;
+    pm.run(module).map_err(|_| diags.error("pass pipeline failed"))
+}
+
+fn sref(s: &str) -> MlirStringRef {
+    MlirStringRef { data: s.as_ptr() as *const _, length: s.len() }
+}
+
+/// An owned `mlirExecutionEngine` (the C API's; melior's wrapper does not check for null
+/// and passes non-NUL-terminated library paths).
+pub struct Engine {
+    raw: MlirExecutionEngine,
+}
+
+impl Engine {
+    /// Translates an LLVM-dialect module to LLVM IR, optimizes it at `opt_level` and sets up
+    /// the JIT. `libs` are shared libraries to load. Errors if the C API returns null.
+    pub fn create(module: &Module, opt_level: u8, libs: &[&str]) -> Result<Engine, String> {
+        // The C API reads each path's StringRef data as a C string: keep them NUL-terminated.
+        let cs: Vec<CString> = libs.iter().map(|s| CString::new(*s).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+        let refs: Vec<MlirStringRef> = cs.iter().map(|c| MlirStringRef { data: c.as_ptr(), length: c.as_bytes().len() }).collect();
+        // SAFETY: module is a valid LLVM-dialect module; refs outlive the call.
+        let raw = unsafe { mlirExecutionEngineCreate(module.to_raw(), opt_level.min(3) as i32, refs.len() as i32, refs.as_ptr(), false, false) };
+        if raw.ptr.is_null() {
+            return Err("mlirExecutionEngineCreate returned null (translation to LLVM IR failed)".into());
+        }
+        Ok(Engine { raw })
+    }
+    /// Makes `ptr` resolvable as `name` from JIT'd code (before `initialize`).
+    pub fn register_symbol(&self, name: &str, ptr: *mut c_void) {
+        // SAFETY: valid engine; the C API copies the name.
+        unsafe { mlirExecutionEngineRegisterSymbol(self.raw, sref(name), ptr) }
+    }
+    pub fn initialize(&self) {
+        // SAFETY: valid engine.
+        unsafe { mlirExecutionEngineInitialize(self.raw) }
+    }
+    /// The packed wrapper (`void(void**)`) of function `name`, or null.
+    pub fn lookup_packed(&self, name: &str) -> *mut c_void {
+        // SAFETY: valid engine; the name is copied.
+        unsafe { mlirExecutionEngineLookupPacked(self.raw, sref(name)) }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // SAFETY: created by mlirExecutionEngineCreate, destroyed once.
+        unsafe { mlirExecutionEngineDestroy(self.raw) }
+    }
+}
+
+/// LLVM IR text of an LLVM-dialect module (`mlirTranslateModuleToLLVMIR`).
+pub fn translate_to_llvm_ir(module: &Module, diags: &Diagnostics) -> Result<String, Error> {
+    // SAFETY: the LLVM context and module are created, printed and disposed here.
+    unsafe {
+        let llctx = LLVMContextCreate();
+        let m = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module.to_raw()), llctx);
+        if m.is_null() {
+            LLVMContextDispose(llctx);
+            return Err(diags.error("translation to LLVM IR failed"));
+        }
+        let s = LLVMPrintModuleToString(m);
+        let out = CStr::from_ptr(s).to_string_lossy().into_owned();
+        LLVMDisposeMessage(s);
+        LLVMDisposeModule(m);
+        LLVMContextDispose(llctx);
+        Ok(out)
+    }
+}

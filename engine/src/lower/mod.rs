@@ -1,0 +1,345 @@
+//! Lowering: a `ClosedJaxpr` becomes an MLIR module (text) in upstream dialects at tensor
+//! level: `module @jit_<name> { func.func public @main(%arg0: tensor<..>, ..) -> (..) }`.
+//!
+//! Invariants kept here:
+//! - The text uses only func, arith, math, tensor, linalg (plus `bufferization.to_buffer` and
+//!   `memref.cast` for host callbacks); the memref calling convention belongs to `compile`.
+//! - `@main`'s parameters are the large-constant parameters (`%constK`, one per entry of
+//!   `LoweredModule::const_args`, in order) followed by the user's arguments (`%argI`, whose
+//!   avals are `LoweredModule::in_avals`); its results are the jaxpr's outputs in order
+//!   (`out_avals`).
+//! - Constants of the jaxpr (and of nested `pjit` jaxprs) with at most `MAX_INLINE_CONST`
+//!   elements are embedded as `arith.constant dense<..>`; larger ones become leading
+//!   parameters, so module text stays small and cache keys stay cheap.
+//! - Every value of size 0 is a `tensor.empty()`: no op ever iterates an empty dimension
+//!   except reductions and contractions over one (which yield their init value).
+//!
+//! `pjit` equations are inlined; `debug_callback` becomes calls of the runtime symbols
+//! `jaxrepl_callback_arg_<dtype>(i64 id, i64 index, memref<*xT>)` per operand followed by
+//! `jaxrepl_callback_fire(i64 id, i64 nargs)` (see `compile::callbacks`).
+
+mod emit;
+mod scalar;
+mod structured;
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub(crate) use emit::memref_of;
+
+use crate::error::Error;
+use crate::ir::{Atom, ClosedJaxpr, DType, Eqn, Jaxpr, Literal, Primitive, ShapedArray, Var};
+use crate::runtime::Buffer;
+use emit::{dense_lit, scalar_lit, Emitter};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Constants with at most this many elements are embedded in the module text.
+pub const MAX_INLINE_CONST: usize = 64;
+
+/// Options of `lower_jaxpr`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LowerOptions {
+    /// One flag per user argument (or empty for none donated). A donated argument is
+    /// marked `{tf.aliasing_output = j : i32}` with the first not yet aliased output `j`
+    /// of the same shape and dtype, as JAX does. Execution does not reuse donated buffers yet.
+    pub donated: Vec<bool>,
+}
+
+/// A lowered module: MLIR text plus what the compiled entry expects.
+#[derive(Clone, Debug)]
+pub struct LoweredModule {
+    /// The module text, `module @jit_<name> { func.func public @main(..) -> (..) {..} }`.
+    pub text: String,
+    /// Avals of the user's arguments, in order (what `Executable::execute` takes). The
+    /// constant parameters that precede them in `@main` are described by `const_args`.
+    pub in_avals: Vec<ShapedArray>,
+    /// Avals of the results, in the jaxpr's order.
+    pub out_avals: Vec<ShapedArray>,
+    /// Large constants passed as `@main`'s leading parameters (`%const0`, ...), in order.
+    pub const_args: Vec<Arc<Buffer>>,
+}
+
+/// Lowers a closed jaxpr to MLIR text. `name` names the module `@jit_<name>` (characters
+/// outside `[A-Za-z0-9_$.]` become `_`).
+///
+/// Errors (`ErrorKind::Compile`): a primitive applied to a dtype it is not defined for, a
+/// malformed jaxpr (unbound variable, wrong arity, operand shapes that disagree), a constant
+/// buffer whose aval differs from its constvar's. `ErrorKind::Value`: `opts.donated` has the
+/// wrong length.
+pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Result<LoweredModule, Error> {
+    let j = &jaxpr.jaxpr;
+    if !opts.donated.is_empty() && opts.donated.len() != j.invars.len() {
+        return Err(Error::value_error(format!(
+            "donated has {} flags for {} arguments",
+            opts.donated.len(),
+            j.invars.len()
+        )));
+    }
+    let mut l = Lowerer { e: Emitter::new(2), const_params: vec![], decls: BTreeSet::new(), lits: HashMap::new() };
+    let args: Vec<Val> = j.invars.iter().enumerate().map(|(i, v)| Val::T(format!("%arg{i}"), v.aval.clone())).collect();
+    let outs = l.body(j, &jaxpr.consts, args)?;
+    let rets: Vec<(String, String)> = outs.iter().map(|v| (l.tensor(v), v.aval().mlir_tensor())).collect();
+
+    let in_avals = j.in_avals();
+    let out_avals: Vec<ShapedArray> = outs.iter().map(|v| v.aval().clone()).collect();
+    let mut aliased = vec![false; out_avals.len()];
+    let mut params: Vec<String> =
+        l.const_params.iter().map(|(n, b)| format!("{n}: {}", b.aval().mlir_tensor())).collect();
+    for (i, a) in in_avals.iter().enumerate() {
+        let mut p = format!("%arg{i}: {}", a.mlir_tensor());
+        if opts.donated.get(i) == Some(&true) {
+            let hit = out_avals.iter().enumerate().find(|(k, o)| {
+                !aliased[*k] && o.shape == a.shape && o.dtype == a.dtype
+            });
+            if let Some((k, _)) = hit {
+                aliased[k] = true;
+                p.push_str(&format!(" {{tf.aliasing_output = {k} : i32}}"));
+            }
+        }
+        params.push(p);
+    }
+    let sym: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "_$.".contains(c) { c } else { '_' }).collect();
+    let mut text = format!("module @jit_{sym} {{\n");
+    for d in &l.decls {
+        text.push_str(&format!("  {d}\n"));
+    }
+    let tys: Vec<&str> = rets.iter().map(|(_, t)| t.as_str()).collect();
+    text.push_str(&format!("  func.func public @main({}) -> ({}) {{\n", params.join(", "), tys.join(", ")));
+    text.push_str(&l.e.text);
+    if rets.is_empty() {
+        text.push_str("    return\n");
+    } else {
+        let names: Vec<&str> = rets.iter().map(|(n, _)| n.as_str()).collect();
+        text.push_str(&format!("    return {} : {}\n", names.join(", "), tys.join(", ")));
+    }
+    text.push_str("  }\n}\n");
+    Ok(LoweredModule {
+        text,
+        in_avals,
+        out_avals,
+        const_args: l.const_params.into_iter().map(|(_, b)| b).collect(),
+    })
+}
+
+/// A lowered value: a tensor SSA value, or a scalar SSA value (a literal's
+/// `arith.constant`) standing for a 0-d array, usable directly inside linalg bodies.
+#[derive(Clone, Debug)]
+pub(crate) enum Val {
+    T(String, ShapedArray),
+    S(String, ShapedArray),
+}
+
+impl Val {
+    pub fn aval(&self) -> &ShapedArray {
+        match self {
+            Val::T(_, a) | Val::S(_, a) => a,
+        }
+    }
+}
+
+pub(crate) struct Lowerer {
+    pub e: Emitter,
+    /// Large constants that became parameters: (`%constK`, buffer).
+    pub const_params: Vec<(String, Arc<Buffer>)>,
+    /// Module-level declarations (runtime callback symbols).
+    pub decls: BTreeSet<String>,
+    /// Scalar literal constants already emitted: (spelling, dtype) -> SSA name.
+    lits: HashMap<(String, DType), String>,
+}
+
+fn malformed(msg: String) -> Error {
+    Error::compile(format!("lowering: malformed jaxpr: {msg}"))
+}
+
+impl Lowerer {
+    /// Lowers the equations of `j` with its constvars bound to `consts` and its invars to
+    /// `args`; returns the values of its outvars.
+    fn body(&mut self, j: &Jaxpr, consts: &[Arc<Buffer>], args: Vec<Val>) -> Result<Vec<Val>, Error> {
+        if consts.len() != j.constvars.len() || args.len() != j.invars.len() {
+            return Err(malformed(format!(
+                "{} consts and {} args for {} constvars and {} invars",
+                consts.len(),
+                args.len(),
+                j.constvars.len(),
+                j.invars.len()
+            )));
+        }
+        let mut env: HashMap<u32, Val> = HashMap::new();
+        for (v, b) in j.constvars.iter().zip(consts) {
+            let c = self.constant(v, b)?;
+            env.insert(v.id, c);
+        }
+        for (v, a) in j.invars.iter().zip(args) {
+            env.insert(v.id, a);
+        }
+        for eq in &j.eqns {
+            self.eqn(eq, &mut env).map_err(|e| e.at(eq.source.clone()))?;
+        }
+        j.outvars.iter().map(|a| self.atom(a, &env)).collect()
+    }
+
+    fn atom(&mut self, a: &Atom, env: &HashMap<u32, Val>) -> Result<Val, Error> {
+        match a {
+            Atom::Var(v) => env.get(&v.id).cloned().ok_or_else(|| malformed(format!("variable {} is unbound", v.id))),
+            Atom::Lit(l) => Ok(self.lit(l)),
+        }
+    }
+
+    /// A literal as a (shared) scalar constant.
+    fn lit(&mut self, l: &Literal) -> Val {
+        let d = l.aval.dtype;
+        let spelling = scalar_lit(l.value, d);
+        let key = (spelling.clone(), d);
+        let name = match self.lits.get(&key) {
+            Some(n) => n.clone(),
+            None => {
+                let n = self.e.scalar_const(&spelling, d);
+                self.lits.insert(key, n.clone());
+                n
+            }
+        };
+        if l.aval.ndim() == 0 {
+            Val::S(name, l.aval.strong())
+        } else {
+            let t = self.splat(&name, &l.aval);
+            Val::T(t, l.aval.strong())
+        }
+    }
+
+    /// A constvar's value: embedded when small, a leading `%constK` parameter otherwise.
+    fn constant(&mut self, v: &Var, b: &Arc<Buffer>) -> Result<Val, Error> {
+        if b.shape() != v.aval.shape.as_slice() || b.dtype() != v.aval.dtype {
+            return Err(malformed(format!("constant {} is {} but its buffer is {}", v.id, v.aval.short(), b.aval().short())));
+        }
+        let a = v.aval.strong();
+        if a.size() == 0 {
+            return Ok(Val::T(self.empty(&a), a));
+        }
+        if a.size() <= MAX_INLINE_CONST {
+            let lit = dense_lit(b.bytes(), &a.shape, a.dtype);
+            let n = self.e.op(&format!("arith.constant {lit} : {}", a.mlir_tensor()));
+            return Ok(Val::T(n, a));
+        }
+        let name = format!("%const{}", self.const_params.len());
+        self.const_params.push((name.clone(), b.clone()));
+        Ok(Val::T(name, a))
+    }
+
+    fn eqn(&mut self, eq: &Eqn, env: &mut HashMap<u32, Val>) -> Result<(), Error> {
+        let ins: Vec<Val> = eq.inputs.iter().map(|a| self.atom(a, env)).collect::<Result<_, _>>()?;
+        let outs = match &eq.primitive {
+            Primitive::DebugCallback { callback, .. } => {
+                self.callback(*callback, &ins)?;
+                vec![]
+            }
+            Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
+            p => {
+                let out = match eq.outputs.as_slice() {
+                    [o] => o.aval.strong(),
+                    _ => return Err(malformed(format!("`{}` needs one output, has {}", p.name(), eq.outputs.len()))),
+                };
+                let v = if out.size() == 0 { Val::T(self.empty(&out), out) } else { self.prim(p, &ins, &out)? };
+                vec![v]
+            }
+        };
+        if outs.len() != eq.outputs.len() {
+            return Err(malformed(format!("`{}` gave {} values for {} outputs", eq.primitive.name(), outs.len(), eq.outputs.len())));
+        }
+        for (v, val) in eq.outputs.iter().zip(outs) {
+            if val.aval().shape != v.aval.shape || val.aval().dtype != v.aval.dtype {
+                return Err(malformed(format!(
+                    "`{}` output is {} but the jaxpr says {}",
+                    eq.primitive.name(),
+                    val.aval().short(),
+                    v.aval.short()
+                )));
+            }
+            env.insert(v.id, val);
+        }
+        Ok(())
+    }
+
+    /// One single-output primitive with a non-empty result `out`.
+    fn prim(&mut self, p: &Primitive, ins: &[Val], out: &ShapedArray) -> Result<Val, Error> {
+        use Primitive::*;
+        let arity = |n: usize| -> Result<(), Error> {
+            if ins.len() == n { Ok(()) } else { Err(malformed(format!("`{}` takes {n} operands, got {}", p.name(), ins.len()))) }
+        };
+        match p {
+            p if p.is_unary_elementwise() => {
+                arity(1)?;
+                let d = ins[0].aval().dtype;
+                self.ew(out, ins, &mut |e, a| scalar::unary(e, p, &a[0], d))
+            }
+            p if p.is_binary_elementwise() => {
+                arity(2)?;
+                let d = ins[0].aval().dtype;
+                if ins[1].aval().dtype != d {
+                    return Err(malformed(format!("`{}` on {} and {}", p.name(), d.name(), ins[1].aval().dtype.name())));
+                }
+                self.ew(out, ins, &mut |e, a| scalar::binary(e, p, &a[0], &a[1], d))
+            }
+            SelectN => {
+                if ins.len() < 2 {
+                    return Err(malformed("`select_n` needs a selector and at least one case".into()));
+                }
+                let wd = ins[0].aval().dtype;
+                let d = out.dtype;
+                self.ew(out, ins, &mut |e, a| Ok(scalar::select_n(e, &a[0], wd, &a[1..], d)))
+            }
+            ConvertElementType { new_dtype, .. } => {
+                arity(1)?;
+                let (from, to) = (ins[0].aval().dtype, *new_dtype);
+                self.ew(out, ins, &mut |e, a| Ok(scalar::convert(e, &a[0], from, to)))
+            }
+            BroadcastInDim { broadcast_dimensions, .. } => {
+                arity(1)?;
+                self.broadcast(&ins[0], out, broadcast_dimensions)
+            }
+            Reshape { .. } => {
+                arity(1)?;
+                self.reshape(&ins[0], out)
+            }
+            Transpose { permutation } => {
+                arity(1)?;
+                self.transpose(&ins[0], out, permutation)
+            }
+            Iota { dimension, .. } => {
+                arity(0)?;
+                self.iota(out, *dimension)
+            }
+            ReduceSum { axes } | ReduceMax { axes } | ReduceMin { axes } => {
+                arity(1)?;
+                self.reduce(p, &ins[0], out, axes)
+            }
+            DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, .. } => {
+                arity(2)?;
+                self.dot(&ins[0], &ins[1], out, [lhs_contracting, rhs_contracting, lhs_batch, rhs_batch])
+            }
+            _ => Err(Error::compile(format!("lowering: no rule for `{}`", p.name()))),
+        }
+    }
+
+    /// The tensor SSA name of a value (a scalar becomes `tensor.from_elements`).
+    pub(crate) fn tensor(&mut self, v: &Val) -> String {
+        match v {
+            Val::T(n, _) => n.clone(),
+            Val::S(n, a) => self.e.op(&format!("tensor.from_elements {n} : {}", a.mlir_tensor())),
+        }
+    }
+
+    pub(crate) fn empty(&mut self, a: &ShapedArray) -> String {
+        self.e.op(&format!("tensor.empty() : {}", a.mlir_tensor()))
+    }
+
+    /// A tensor of `a` filled with the scalar SSA value `s`.
+    pub(crate) fn splat(&mut self, s: &str, a: &ShapedArray) -> String {
+        if a.size() == 0 {
+            return self.empty(a);
+        }
+        let e = self.empty(a);
+        let t = a.mlir_tensor();
+        self.e.op(&format!("linalg.fill ins({s} : {}) outs({e} : {t}) -> {t}", a.dtype.mlir()))
+    }
+}
