@@ -124,8 +124,17 @@ pub fn display_error(e: &Error) {
     if let Some(l) = &e.location {
         tb.push(format!("  (traced at {}:{}:{})", l.file, l.line, l.column));
     }
+    let location = match &e.location {
+        Some(l) => format!(
+            "{{\"file\":{},\"line\":{},\"column\":{}}}",
+            json_string(&l.file),
+            l.line,
+            l.column
+        ),
+        None => "null".to_string(),
+    };
     let body = format!(
-        "{{\"ename\":{},\"evalue\":{},\"traceback\":[{}]}}",
+        "{{\"ename\":{},\"evalue\":{},\"traceback\":[{}],\"location\":{location}}}",
         json_string(e.ename()),
         json_string(&e.message),
         tb.iter().map(|t| json_string(t)).collect::<Vec<_>>().join(",")

@@ -243,7 +243,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
 
     fn trace_flat(&self, flat: &Flat, sig: &Signature) -> Result<(ClosedJaxpr, Vec<StaticValue>)> {
         let names: Vec<String> = (0..sig.avals.len()).map(|i| format!("args[{i}]")).collect();
-        let (id, tracers) = trace::push_trace(&self.inner.name, &sig.avals, names);
+        let site = &self.inner.site;
+        let desc = format!("{} at {}:{}", self.inner.name, site.file, site.line);
+        let (id, tracers) = trace::push_trace(&desc, &sig.avals, names);
         let a = match crate::trace::pytree::unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone()) {
             Ok(a) => a,
             Err(e) => {
