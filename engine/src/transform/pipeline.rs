@@ -121,10 +121,34 @@ pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(Execut
     if let Some(e) = exe_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok((e.clone(), true));
     }
-    let exe = Arc::new(compile::compile(m, &CompileOptions { opt_level })?);
-    COMPILES.fetch_add(1, Ordering::Relaxed);
-    exe_cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, exe.clone());
-    Ok((exe, false))
+    // Compile on a helper thread so that an interrupt stops the wait at once; an
+    // interrupted compile still finishes in the background and fills the cache.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let module = m.clone();
+    std::thread::Builder::new()
+        .name("jax-compile".into())
+        .spawn(move || {
+            let r = compile::compile(&module, &CompileOptions { opt_level }).map(Arc::new);
+            if let Ok(exe) = &r {
+                COMPILES.fetch_add(1, Ordering::Relaxed);
+                exe_cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, exe.clone());
+            }
+            let _ = tx.send(r);
+        })
+        .map_err(|e| crate::error::Error::compile(format!("cannot start a compile thread: {e}")))?;
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(10)) {
+            Ok(r) => return r.map(|exe| (exe, false)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if crate::runtime::interrupt::take_if_set() {
+                    return Err(crate::error::Error::interrupted());
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(crate::error::Error::compile("the compile thread stopped without a result (it panicked)"));
+            }
+        }
+    }
 }
 
 /// Lowers and compiles, logging like `jax_log_compiles` when that flag is on.
