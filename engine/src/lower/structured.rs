@@ -52,10 +52,10 @@ impl Lowerer {
         ));
         let mut scalars = vec![];
         let mut bbargs = vec![];
-        for (k, v) in ins.iter().enumerate() {
+        for v in ins {
             match v {
                 Val::T(_, a) => {
-                    let n = format!("%in{k}");
+                    let n = format!("%in{}", bbargs.len());
                     bbargs.push(format!("{n}: {}", a.dtype.mlir()));
                     scalars.push(n);
                 }

@@ -84,8 +84,8 @@ fn golden_two_x_plus_y() {
             %0 = arith.constant 2 : i32
             %1 = tensor.empty() : tensor<i32>
             %2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg0 : tensor<i32>) outs(%1 : tensor<i32>) {
-            ^bb0(%in1: i32, %out: i32):
-              %3 = arith.muli %0, %in1 : i32
+            ^bb0(%in0: i32, %out: i32):
+              %3 = arith.muli %0, %in0 : i32
               linalg.yield %3 : i32
             } -> tensor<i32>
             %4 = tensor.empty() : tensor<i32>
