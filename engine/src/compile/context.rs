@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// `arith-expand{include-bf16}` runs first: it rewrites bf16 casts into integer ops before
 /// canonicalization can fold `truncf(uitofp x)` into a direct int→bf16 cast, which LLVM
 /// would lower to the `__truncsfbf2` libcall the JIT cannot resolve.
-pub const PIPELINE_TO_LOOPS: &str = "builtin.module(arith-expand{include-bf16=true},inline,symbol-dce,linalg-fuse-elementwise-ops,\
+pub const PIPELINE_TO_LOOPS: &str = "builtin.module(arith-expand{include-bf16=true},inline,symbol-dce,linalg-generalize-named-ops,linalg-fuse-elementwise-ops,\
 eliminate-empty-tensors,one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
 buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
 

@@ -296,3 +296,31 @@ fn compile_times_sin_1024() {
         );
     }
 }
+
+#[test]
+fn elementwise_chains_fuse_into_one_loop() {
+    let exe = compile_jaxpr(&sin_x2_plus_1(1024));
+    let ir = exe.optimized_ir();
+    assert_eq!(ir.matches("scf.for").count(), 1, "{ir}");
+    assert!(!ir.contains("memref.alloc"), "{ir}");
+    // Broadcast literals (as the engine's canonicalization writes them) fuse too.
+    let mut b = Builder::new();
+    let x = b.arg(&[8, 16], DType::F32);
+    let row = b.arg(&[16], DType::F32);
+    let two = b.op(Primitive::BroadcastInDim { shape: vec![8, 16], broadcast_dimensions: vec![] }, &[lit(2.0, DType::F32)], &[8, 16], DType::F32);
+    let rb = b.op(Primitive::BroadcastInDim { shape: vec![8, 16], broadcast_dimensions: vec![1] }, &[row], &[8, 16], DType::F32);
+    let m = b.op(Primitive::Mul, &[x, two], &[8, 16], DType::F32);
+    let s = b.op(Primitive::Add, &[m, rb], &[8, 16], DType::F32);
+    let exe = compile_jaxpr(&b.finish(&[s]));
+    let ir = exe.optimized_ir();
+    assert_eq!(ir.matches("scf.for").count(), 2, "{ir}");
+    assert!(!ir.contains("memref.alloc"), "{ir}");
+    // An elementwise producer fuses into a reduction: sum(x * x) needs no temporary.
+    let mut b = Builder::new();
+    let x = b.arg(&[4, 32], DType::F32);
+    let sq = b.op(Primitive::Mul, &[x.clone(), x], &[4, 32], DType::F32);
+    let s = b.op(Primitive::ReduceSum { axes: vec![1] }, &[sq], &[4], DType::F32);
+    let exe = compile_jaxpr(&b.finish(&[s]));
+    let ir = exe.optimized_ir();
+    assert!(!ir.contains("memref.alloc"), "{ir}");
+}

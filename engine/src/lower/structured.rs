@@ -240,7 +240,9 @@ impl Lowerer {
         self.e.line(&format!("  ({i}: {}, {o}: {}) {{", c.mlir(), c.mlir()));
         self.e.push();
         self.e.push();
-        let s = self.e.op(&format!("{op} {i}, {o} : {}", c.mlir()));
+        // Sums may reassociate (as XLA's do), which lets LLVM vectorize them.
+        let fm = if op == "arith.addf" { " fastmath<reassoc>" } else { "" };
+        let s = self.e.op(&format!("{op} {i}, {o}{fm} : {}", c.mlir()));
         self.e.line(&format!("linalg.yield {s} : {}", c.mlir()));
         self.e.pop();
         self.e.pop();
