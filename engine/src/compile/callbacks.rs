@@ -15,6 +15,10 @@ use crate::runtime::Buffer;
 use std::cell::RefCell;
 use std::ffi::c_void;
 
+/// Callbacks recorded by the test hook: (id, operands).
+#[cfg(test)]
+pub(crate) type Captured = Vec<(CallbackId, Vec<Buffer>)>;
+
 thread_local! {
     /// Operands collected for the callback about to fire: (id, index, value).
     static PENDING: RefCell<Vec<(i64, i64, Buffer)>> = const { RefCell::new(Vec::new()) };
@@ -22,7 +26,7 @@ thread_local! {
     static FAILURE: RefCell<Option<Error>> = const { RefCell::new(None) };
     /// Test hook: when set, fired callbacks are recorded here instead of run.
     #[cfg(test)]
-    pub(crate) static CAPTURE: RefCell<Option<Vec<(CallbackId, Vec<Buffer>)>>> = const { RefCell::new(None) };
+    pub(crate) static CAPTURE: RefCell<Option<Captured>> = const { RefCell::new(None) };
 }
 
 fn fail(msg: String) {

@@ -133,7 +133,11 @@ impl Engine {
         Ok(Engine { raw })
     }
     /// Makes `ptr` resolvable as `name` from JIT'd code (before `initialize`).
-    pub fn register_symbol(&self, name: &str, ptr: *mut c_void) {
+    ///
+    /// # Safety
+    /// `ptr` must be a function (or data) with the signature the compiled code declares for
+    /// `name`, valid for the engine's lifetime.
+    pub unsafe fn register_symbol(&self, name: &str, ptr: *mut c_void) {
         // SAFETY: valid engine; the C API copies the name.
         unsafe { mlirExecutionEngineRegisterSymbol(self.raw, sref(name), ptr) }
     }

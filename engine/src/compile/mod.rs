@@ -154,7 +154,9 @@ pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executab
 
     let t3 = Instant::now();
     for (name, ptr) in callbacks::symbols() {
-        engine.register_symbol(&name, ptr);
+        // SAFETY: `symbols()` pairs each name with the extern "C" fn of the signature the
+        // lowering declares for it; they are plain functions, valid forever.
+        unsafe { engine.register_symbol(&name, ptr) };
     }
     engine.initialize();
     let ptr = engine.lookup_packed(&format!("_mlir_ciface_{ENTRY}"));

@@ -92,7 +92,7 @@ fn callback_without_outputs_is_kept_and_pjit_inlines() {
     let mut ib = Builder::new();
     let ix = ib.arg(&[2, 2], DType::F64);
     let c = ib.constant(buf(&[2, 2], DType::F64, &[1.0f64, 2.0, 3.0, 4.0]));
-    ib.effect(Primitive::DebugCallback { callback: 5, fmt: "{}".into() }, &[ix.clone()]);
+    ib.effect(Primitive::DebugCallback { callback: 5, fmt: "{}".into() }, std::slice::from_ref(&ix));
     let s = ib.op(Primitive::Add, &[ix, c], &[2, 2], DType::F64);
     let inner = ib.finish(&[s]);
     let mut b = Builder::new();
@@ -323,4 +323,22 @@ fn elementwise_chains_fuse_into_one_loop() {
     let exe = compile_jaxpr(&b.finish(&[s]));
     let ir = exe.optimized_ir();
     assert!(!ir.contains("memref.alloc"), "{ir}");
+}
+
+/// Per-call cost of `execute` on f32[8] (run with `--ignored --nocapture`; debug builds
+/// overstate the Rust side).
+#[test]
+#[ignore]
+fn execute_overhead_f32_8() {
+    let exe = compile_jaxpr(&sin_x2_plus_1(8));
+    let x = buf(&[8], DType::F32, &[0.5f32; 8]);
+    for _ in 0..1000 {
+        exe.execute(&[&x]).unwrap();
+    }
+    let n = 100_000;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(exe.execute(&[&x]).unwrap());
+    }
+    eprintln!("execute f32[8]: {:.3} us/call", t.elapsed().as_secs_f64() / n as f64 * 1e6);
 }
