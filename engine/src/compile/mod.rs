@@ -282,6 +282,5 @@ impl Drop for Executable {
             let _guard = context();
             drop(m);
         }
-        let _ = &self.engine;
     }
 }

@@ -287,13 +287,15 @@ fn zero_d_literal_only_and_unused_vars() {
 #[ignore]
 fn compile_times_sin_1024() {
     let m = lower_jaxpr(&sin_x2_plus_1(1024), "f", &LowerOptions::default()).unwrap();
-    let mut ts: Vec<CompileTimes> = (0..9).map(|_| compile(&m, &CompileOptions::default()).unwrap().times().clone()).collect();
+    for opt_level in [0, 1, 2, 3] {
+    let mut ts: Vec<CompileTimes> = (0..9).map(|_| compile(&m, &CompileOptions { opt_level }).unwrap().times().clone()).collect();
     ts.sort_by(|a, b| a.total().partial_cmp(&b.total()).unwrap());
     for (label, t) in [("min", &ts[0]), ("median", &ts[4])] {
         eprintln!(
-            "{label}: parse {:.2} ms, passes {:.2} ms, engine {:.2} ms, codegen {:.2} ms, total {:.2} ms",
+            "O{opt_level} {label}: parse {:.2} ms, passes {:.2} ms, engine {:.2} ms, codegen {:.2} ms, total {:.2} ms",
             t.parse * 1e3, t.passes * 1e3, t.engine * 1e3, t.codegen * 1e3, t.total() * 1e3
         );
+    }
     }
 }
 
@@ -341,4 +343,27 @@ fn execute_overhead_f32_8() {
         std::hint::black_box(exe.execute(&[&x]).unwrap());
     }
     eprintln!("execute f32[8]: {:.3} us/call", t.elapsed().as_secs_f64() / n as f64 * 1e6);
+}
+
+#[test]
+fn nested_large_constant_and_odd_names() {
+    let n = 80;
+    let data: Vec<i32> = (0..n as i32).collect();
+    let mut ib = Builder::new();
+    let ix = ib.arg(&[n], DType::I32);
+    let c = ib.constant(buf(&[n], DType::I32, &data));
+    let s = ib.op(Primitive::Mul, &[ix, c], &[n], DType::I32);
+    let inner = ib.finish(&[s]);
+    let mut b = Builder::new();
+    let x = b.arg(&[n], DType::I32);
+    let p1 = Primitive::Pjit { name: "inner".into(), jaxpr: Box::new(inner) };
+    let r1 = b.op(p1.clone(), &[x], &[n], DType::I32);
+    let r2 = b.op(p1, &[r1], &[n], DType::I32);
+    let m = lower_jaxpr(&b.finish(&[r2]), "<lambda> f", &LowerOptions::default()).unwrap();
+    assert!(m.text.starts_with("module @jit__lambda__f {"), "{}", m.text);
+    assert_eq!(m.const_args.len(), 1, "both inlined call sites share one parameter");
+    let exe = compile(&m, &CompileOptions::default()).unwrap();
+    let out = exe.execute(&[&buf(&[n], DType::I32, &vec![2i32; n])]).unwrap();
+    let want: Vec<i32> = data.iter().map(|v| 2 * v * v).collect();
+    assert_eq!(out[0].as_slice::<i32>().unwrap(), want.as_slice());
 }

@@ -89,6 +89,11 @@ fn int_binary(p: &Primitive, x: f64, y: f64, d: DType) -> f64 {
         P::Mul => a * b,
         P::Div => if b == 0 { -1 } else { a / b },
         P::Rem => if b == 0 { a } else { a % b },
+        P::Pow if b < 0 => match a {
+            1 => 1,
+            -1 => if b % 2 == 0 { 1 } else { -1 },
+            _ => 0,
+        },
         P::Pow => a.pow(b as u32),
         P::Max => a.max(b),
         P::Min => a.min(b),
@@ -323,6 +328,8 @@ fn binary_int_bool() {
     }
     let pow_e = vec![0.0, 1.0, 2.0, 3.0, 5.0];
     check_vals(P::Pow, &[(sa(&[5], I64), vec![-3.0, 2.0, -2.0, 7.0, 3.0]), (sa(&[5], I64), pow_e)], sa(&[5], I64));
+    let (base, e) = (vec![0.0, 2.0, 1.0, -1.0, -1.0, 0.0], vec![-1.0, -2.0, -5.0, -3.0, -4.0, 0.0]);
+    check_vals(P::Pow, &[(sa(&[6], I32), base), (sa(&[6], I32), e)], sa(&[6], I32));
     // Division by zero and MIN / -1 do not trap.
     let m = i32::MIN as f64;
     check_vals(P::Div, &[(sa(&[4], I32), vec![7.0, m, m, -7.0]), (sa(&[4], I32), vec![0.0, -1.0, 1.0, 2.0])], sa(&[4], I32));

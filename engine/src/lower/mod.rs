@@ -221,6 +221,9 @@ impl Lowerer {
             let n = self.e.op(&format!("arith.constant {lit} : {}", a.mlir_tensor()));
             return Ok(Val::T(n, a));
         }
+        if let Some((n, _)) = self.const_params.iter().find(|(_, p)| Arc::ptr_eq(p, b)) {
+            return Ok(Val::T(n.clone(), a)); // the same buffer (a pjit inlined twice): one parameter
+        }
         let name = format!("%const{}", self.const_params.len());
         self.const_params.push((name.clone(), b.clone()));
         Ok(Val::T(name, a))

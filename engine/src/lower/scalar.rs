@@ -3,7 +3,8 @@
 //!
 //! Invariant: results follow XLA's CPU semantics for every dtype of `ir::DType`:
 //! f16/bf16 compute in f32 and round back; integer division by zero gives -1 (`rem`: x)
-//! and `MIN / -1` gives `MIN` instead of trapping; float→int casts truncate toward zero
+//! and `MIN / -1` gives `MIN` instead of trapping; integer `pow` with a negative exponent
+//! truncates (0 unless the base is ±1); float→int casts truncate toward zero
 //! and saturate (NaN → 0); comparisons on floats are ordered except `ne` (`une`);
 //! `max`/`min` on floats propagate NaN.
 
@@ -117,7 +118,7 @@ pub(crate) fn binary(e: &mut Emitter, prim: &Primitive, x: &str, y: &str, d: DTy
         Sub if !b => e.op(&format!("arith.subi {x}, {y} : {t}")),
         Mul => e.op(&format!("arith.muli {x}, {y} : {t}")),
         Div | Rem if !b => int_div(e, prim, x, y, d),
-        Pow if !b => e.op(&format!("math.ipowi {x}, {y} : {t}")),
+        Pow if !b => int_pow(e, x, y, d),
         Max => e.op(&format!("arith.{} {x}, {y} : {t}", if u { "maxui" } else { "maxsi" })),
         Min => e.op(&format!("arith.{} {x}, {y} : {t}", if u { "minui" } else { "minsi" })),
         And => e.op(&format!("arith.andi {x}, {y} : {t}")),
@@ -162,6 +163,27 @@ fn int_div(e: &mut Emitter, prim: &Primitive, x: &str, y: &str, d: DType) -> Str
         None => e.scalar_const("-1", d),
     };
     e.op(&format!("arith.select {yz}, {z}, {q} : {t}"))
+}
+
+/// Integer `pow`. Negative exponents truncate like integer division: 1 for x == 1,
+/// ±1 for x == -1 (by parity), 0 otherwise (0 too for x == 0, where `math.ipowi`'s
+/// expansion would divide by zero).
+fn int_pow(e: &mut Emitter, x: &str, y: &str, d: DType) -> String {
+    let t = d.mlir();
+    let zero = e.scalar_const("0", d);
+    let one = e.scalar_const("1", d);
+    let m1 = e.scalar_const("-1", d);
+    let neg = e.op(&format!("arith.cmpi slt, {y}, {zero} : {t}"));
+    let ys = e.op(&format!("arith.select {neg}, {zero}, {y} : {t}"));
+    let p = e.op(&format!("math.ipowi {x}, {ys} : {t}"));
+    let low = e.op(&format!("arith.andi {y}, {one} : {t}"));
+    let odd = e.op(&format!("arith.cmpi ne, {low}, {zero} : {t}"));
+    let sign = e.op(&format!("arith.select {odd}, {m1}, {one} : {t}"));
+    let xm1 = e.op(&format!("arith.cmpi eq, {x}, {m1} : {t}"));
+    let x1 = e.op(&format!("arith.cmpi eq, {x}, {one} : {t}"));
+    let r1 = e.op(&format!("arith.select {xm1}, {sign}, {zero} : {t}"));
+    let r2 = e.op(&format!("arith.select {x1}, {one}, {r1} : {t}"));
+    e.op(&format!("arith.select {neg}, {r2}, {p} : {t}"))
 }
 
 /// `select_n(which, cases...)` on scalars: `which` is i1 (false → case 0) or an integer
