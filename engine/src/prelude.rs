@@ -10,5 +10,8 @@ pub use crate::magic::{block_until_ready, effects_barrier, BlockUntilReady};
 pub use crate::numpy as jnp;
 pub use crate::trace::pytree::Static;
 pub use crate::trace::Array;
-pub use crate::transform::{jit, make_jaxpr, Compiled, Jitted, Lowered, Traced};
+pub use crate::transform::{
+    grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp, Compiled,
+    Jitted, Lowered, Traced,
+};
 pub use ndarray;

@@ -128,6 +128,9 @@ pub enum Primitive {
         rhs_batch: Vec<usize>,
         preferred_element_type: Option<DType>,
     },
+    // -- transformations --
+    /// identity whose cotangent and tangent are zero (`jax.lax.stop_gradient`)
+    StopGradient,
     // -- effects and nesting --
     /// host callback with the operands (no outputs): `debug::print`
     DebugCallback { callback: CallbackId, fmt: String },
@@ -175,6 +178,7 @@ impl Primitive {
             ReduceMax { .. } => "reduce_max",
             ReduceMin { .. } => "reduce_min",
             DotGeneral { .. } => "dot_general",
+            StopGradient => "stop_gradient",
             DebugCallback { .. } => "debug_callback",
             Pjit { .. } => "jit",
         }

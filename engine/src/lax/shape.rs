@@ -154,6 +154,10 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             let dtype = preferred_element_type.unwrap_or(l.dtype);
             Ok(vec![ShapedArray { shape, dtype, weak_type: l.weak_type && r.weak_type }])
         }
+        StopGradient => {
+            arity(1)?;
+            Ok(vec![ins[0].clone()])
+        }
         DebugCallback { .. } => Ok(vec![]),
         Pjit { jaxpr, .. } => {
             let want = jaxpr.jaxpr.in_avals();

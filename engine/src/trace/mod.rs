@@ -11,7 +11,6 @@ pub mod pytree;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::{Atom, Eqn, Jaxpr, Literal, Primitive, Scalar, ShapedArray, SourceInfo, Var};
-use crate::runtime::DeviceArray;
 pub use array::Array;
 use array::Repr;
 use std::cell::RefCell;
@@ -35,8 +34,10 @@ pub struct Builder {
     /// How each invar is named in messages (`x`, `args[1]`).
     pub arg_names: Vec<String>,
     pub eqns: Vec<Eqn>,
-    pub consts: Vec<(Var, Arc<DeviceArray>)>,
-    const_index: HashMap<usize, usize>,
+    /// Values the traced function closed over: concrete arrays, or tracers of an
+    /// enclosing trace (a transformation traced inside `jit`, say).
+    pub consts: Vec<(Var, Array)>,
+    const_index: HashMap<(u64, usize), usize>,
     next_var: u32,
     /// The first error raised while tracing.
     pub error: Option<Error>,
@@ -91,7 +92,7 @@ pub fn push_trace(name: &str, in_avals: &[ShapedArray], arg_names: Vec<String>) 
 /// Ends the innermost trace, making a jaxpr whose outputs are `outs`.
 /// Errors: the first error recorded while tracing; an output that is not a value of this
 /// trace (a tracer leaked from elsewhere).
-pub fn pop_trace(id: u64, outs: &[Array]) -> Result<(Jaxpr, Vec<Arc<DeviceArray>>)> {
+pub fn pop_trace(id: u64, outs: &[Array]) -> Result<(Jaxpr, Vec<Array>)> {
     // Outputs that are concrete arrays become constvars of this trace first.
     let atoms: Vec<Result<Atom>> = outs.iter().map(|o| to_atom_in_top(o)).collect();
     let b = STACK.with(|s| s.borrow_mut().pop()).expect("trace stack underflow");
@@ -100,7 +101,7 @@ pub fn pop_trace(id: u64, outs: &[Array]) -> Result<(Jaxpr, Vec<Arc<DeviceArray>
         return Err(e);
     }
     let outvars = atoms.into_iter().collect::<Result<Vec<_>>>()?;
-    let (constvars, consts): (Vec<Var>, Vec<Arc<DeviceArray>>) = b.consts.into_iter().unzip();
+    let (constvars, consts): (Vec<Var>, Vec<Array>) = b.consts.into_iter().unzip();
     Ok((Jaxpr { constvars, invars: b.invars, eqns: b.eqns, outvars }, consts))
 }
 
@@ -125,33 +126,37 @@ impl Builder {
 fn to_atom_in_top(a: &Array) -> Result<Atom> {
     STACK.with(|s| {
         let mut s = s.borrow_mut();
+        let outer: Vec<u64> = s.iter().map(|b| b.id).collect();
         let b = s.last_mut().expect("no trace");
-        atom_for(b, a)
+        atom_for(b, a, &outer)
     })
 }
 
-fn atom_for(b: &mut Builder, a: &Array) -> Result<Atom> {
-    match &a.0 {
-        Repr::Tracer(t) if t.trace_id == b.id => Ok(Atom::Var(t.var.clone())),
-        Repr::Tracer(_) => Err(Error::new(
+/// The atom for `a` in trace `b`: its own tracers are variables; concrete arrays and
+/// tracers of enclosing traces (`outer` lists the live trace ids) become constvars.
+fn atom_for(b: &mut Builder, a: &Array, outer: &[u64]) -> Result<Atom> {
+    let key = match &a.0 {
+        Repr::Tracer(t) if t.trace_id == b.id => return Ok(Atom::Var(t.var.clone())),
+        Repr::Tracer(t) if outer.contains(&t.trace_id) => (t.trace_id, t.var.id as usize),
+        Repr::Device(d) => (0, Arc::as_ptr(d) as usize),
+        Repr::Tracer(_) => {
+            return Err(Error::new(
             ErrorKind::Type,
             format!(
                 "a traced value from another (enclosing or finished) trace reached the trace of {}. \
                  Pass it as an argument instead of capturing it in the closure (JAX: UnexpectedTracerError).",
                 b.name
             ),
-        )),
-        Repr::Device(d) => {
-            let key = Arc::as_ptr(d) as usize;
-            if let Some(&i) = b.const_index.get(&key) {
-                return Ok(Atom::Var(b.consts[i].0.clone()));
-            }
-            let v = b.new_var(d.aval.clone());
-            b.const_index.insert(key, b.consts.len());
-            b.consts.push((v.clone(), d.clone()));
-            Ok(Atom::Var(v))
+            ))
         }
+    };
+    if let Some(&i) = b.const_index.get(&key) {
+        return Ok(Atom::Var(b.consts[i].0.clone()));
     }
+    let v = b.new_var(a.aval());
+    b.const_index.insert(key, b.consts.len());
+    b.consts.push((v.clone(), a.clone()));
+    Ok(Atom::Var(v))
 }
 
 /// An operand of `bind`: an array (concrete or traced) or an inline scalar literal.
@@ -181,6 +186,7 @@ pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Resu
     if is_tracing() {
         return STACK.with(|s| {
             let mut s = s.borrow_mut();
+            let live: Vec<u64> = s.iter().map(|b| b.id).collect();
             let b = s.last_mut().unwrap();
             let out_avals = match out_avals {
                 Ok(o) => o,
@@ -194,7 +200,7 @@ pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Resu
             let mut inputs = Vec::with_capacity(operands.len());
             for o in &operands {
                 match o {
-                    Operand::Array(a) => match atom_for(b, a) {
+                    Operand::Array(a) => match atom_for(b, a, &live) {
                         Ok(at) => inputs.push(at),
                         Err(e) => {
                             let e = e.at(Some(src.clone()));

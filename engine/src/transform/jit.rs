@@ -279,7 +279,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             })
             .collect();
         let (jaxpr, consts) = trace::pop_trace(id, &outs)?;
-        let consts = consts.iter().map(|d| d.wait()).collect::<Result<Vec<Arc<Buffer>>>>()?;
+        let consts = consts.iter().map(|a| a.buffer()).collect::<Result<Vec<Arc<Buffer>>>>()?;
         Ok((ClosedJaxpr { jaxpr, consts }, out.statics))
     }
 

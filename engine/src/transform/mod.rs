@@ -9,3 +9,8 @@ pub mod stages;
 
 pub use jit::{jit, make_jaxpr, Jitted};
 pub use stages::{Compiled, Lowered, Traced};
+pub mod ad;
+pub mod ad_rules;
+pub mod interp;
+
+pub use ad::{grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp};

@@ -1,0 +1,387 @@
+//! Automatic differentiation as jaxpr interpreters: `jvp` pushes tangents forward
+//! through a traced jaxpr, `vjp` evaluates it and pulls cotangents back. Both bind
+//! ordinary primitives, so derivatives compose with `jit` (they are staged into the
+//! enclosing trace) and with themselves (`grad(grad(f))`).
+//! Reference: JAX's autodidax, <https://docs.jax.dev/en/latest/autodidax.html>.
+
+use super::ad_rules::{add_opt, fit, jvp_rule, vjp_rule};
+use super::interp::{atom_array, trace_to_jaxpr, Env, OpenJaxpr};
+use super::jit::TraceOutput;
+use crate::error::{Error, Result};
+use crate::ir::{Atom, DType, Jaxpr, Primitive, Scalar, ShapedArray};
+use crate::lax;
+use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree};
+use crate::trace::{bind, Array, Operand};
+use std::panic::Location;
+
+fn leaves_of(flat: &Flat) -> Result<Vec<Array>> {
+    flat.leaves
+        .iter()
+        .map(|l| match l {
+            ArgLeaf::Value(a) => Ok(a.clone()),
+            ArgLeaf::Spec(_) => Err(Error::type_error("differentiation needs array values, not ShapeDtypeStruct specs")),
+        })
+        .collect()
+}
+
+/// Traces `f` at the leaves of `args` into a jaxpr over those leaves.
+fn trace_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Flat, what: &str) -> Result<(OpenJaxpr, Flat)> {
+    let avals: Vec<ShapedArray> = flat.leaves.iter().map(|l| l.aval()).collect();
+    let mut out_flat = Flat::default();
+    let j = trace_to_jaxpr(what, &avals, |tracers| {
+        let a = unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone())?;
+        let r = f(a).into_result()?;
+        out_flat = flatten_value(&r);
+        leaves_of(&out_flat)
+    })?;
+    Ok((j, out_flat))
+}
+
+/// Evaluates `j` with tangents (None = zero).
+pub fn jvp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], tangents: &[Option<Array>]) -> Result<(Vec<Array>, Vec<Option<Array>>)> {
+    let loc = Location::caller();
+    let mut p: Env<Array> = Env::new();
+    let mut t: Env<Option<Array>> = Env::new();
+    for (v, c) in j.constvars.iter().zip(consts) {
+        p.set(v, c.clone());
+        t.set(v, None);
+    }
+    for ((v, x), dx) in j.invars.iter().zip(primals).zip(tangents) {
+        p.set(v, x.clone());
+        t.set(v, dx.clone());
+    }
+    for e in &j.eqns {
+        if let Primitive::Pjit { .. } = e.primitive {
+            return Err(Error::type_error("internal: nested jit calls are inlined before differentiation"));
+        }
+        let ins = e.inputs.iter().map(|a| atom_array(&p, a)).collect::<Result<Vec<_>>>()?;
+        let ops = e
+            .inputs
+            .iter()
+            .map(|a| super::interp::operand(&p, a))
+            .collect::<Result<Vec<Operand>>>()?;
+        let outs = bind(e.primitive.clone(), ops, loc)?;
+        let ts: Vec<Option<Array>> = e
+            .inputs
+            .iter()
+            .map(|a| match a {
+                Atom::Var(v) => t.get(v),
+                Atom::Lit(_) => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        for (i, (v, o)) in e.outputs.iter().zip(&outs).enumerate() {
+            let dt = if i == 0 { jvp_rule(&e.primitive, &ins, &outs, &ts, &v.aval)? } else { None };
+            p.set(v, o.clone());
+            t.set(v, dt);
+        }
+    }
+    let outs = j.outvars.iter().map(|a| atom_array(&p, a)).collect::<Result<Vec<_>>>()?;
+    let touts = j
+        .outvars
+        .iter()
+        .map(|a| match a {
+            Atom::Var(v) => t.get(v),
+            Atom::Lit(_) => Ok(None),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((outs, touts))
+}
+
+/// Evaluates `j` and returns its outputs and the cotangents of its inputs for the
+/// output cotangents `cts` (None = zero).
+pub fn vjp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], cts: &[Option<Array>]) -> Result<(Vec<Array>, Vec<Option<Array>>)> {
+    let loc = Location::caller();
+    let mut p: Env<Array> = Env::new();
+    for (v, c) in j.constvars.iter().zip(consts) {
+        p.set(v, c.clone());
+    }
+    for (v, x) in j.invars.iter().zip(primals) {
+        p.set(v, x.clone());
+    }
+    let mut saved: Vec<(Vec<Array>, Vec<Array>)> = Vec::with_capacity(j.eqns.len());
+    for e in &j.eqns {
+        let ins = e.inputs.iter().map(|a| atom_array(&p, a)).collect::<Result<Vec<_>>>()?;
+        let ops = e.inputs.iter().map(|a| super::interp::operand(&p, a)).collect::<Result<Vec<Operand>>>()?;
+        let outs = bind(e.primitive.clone(), ops, loc)?;
+        for (v, o) in e.outputs.iter().zip(&outs) {
+            p.set(v, o.clone());
+        }
+        saved.push((ins, outs));
+    }
+    let outs = j.outvars.iter().map(|a| atom_array(&p, a)).collect::<Result<Vec<_>>>()?;
+    let mut ct: std::collections::HashMap<u32, Array> = std::collections::HashMap::new();
+    let accum = |ct: &mut std::collections::HashMap<u32, Array>, id: u32, x: Array| -> Result<()> {
+        let v = match ct.remove(&id) {
+            Some(old) => add_opt(Some(old), Some(x))?.expect("some"),
+            None => x,
+        };
+        ct.insert(id, v);
+        Ok(())
+    };
+    for (a, c) in j.outvars.iter().zip(cts) {
+        if let (Atom::Var(v), Some(c)) = (a, c) {
+            accum(&mut ct, v.id, fit(c.clone(), &v.aval)?)?;
+        }
+    }
+    for (e, (ins, outs)) in j.eqns.iter().zip(&saved).rev() {
+        let g = match e.outputs.first().and_then(|o| ct.remove(&o.id)) {
+            Some(g) => g,
+            None => continue,
+        };
+        let in_cts = vjp_rule(&e.primitive, ins, outs, &g)?;
+        for (a, c) in e.inputs.iter().zip(in_cts) {
+            if let (Atom::Var(v), Some(c)) = (a, c) {
+                accum(&mut ct, v.id, c)?;
+            }
+        }
+    }
+    let in_cts = j.invars.iter().map(|v| ct.remove(&v.id)).collect();
+    Ok((outs, in_cts))
+}
+
+fn zero_like(a: &Array) -> Result<Array> {
+    let aval = a.aval();
+    lax::bind1(
+        Primitive::BroadcastInDim { shape: aval.shape.clone(), broadcast_dimensions: vec![] },
+        vec![Operand::Lit(Scalar::F64(0.0).cast(aval.dtype), ShapedArray::new(&[], aval.dtype))],
+    )
+}
+
+/// `jax.jvp(f, primals, tangents)`: `f`'s outputs and their tangents. `tangents` has
+/// the structure of `primals`. Errors: tracing errors, missing rules.
+#[track_caller]
+pub fn jvp<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O, primals: &A, tangents: &A) -> Result<(O::Out, O::Out)> {
+    let (mut pf, mut tf) = (Flat::default(), Flat::default());
+    primals.flatten(&mut pf);
+    tangents.flatten(&mut tf);
+    if pf.treedef != tf.treedef {
+        return Err(Error::type_error(format!(
+            "jvp: primal and tangent arguments must have equal structure, got {} and {}",
+            pf.treedef, tf.treedef
+        )));
+    }
+    let (j, out_flat) = trace_flat(&f, &pf, "jvp")?;
+    let ts: Vec<Option<Array>> = leaves_of(&tf)?.into_iter().map(Some).collect();
+    let (outs, touts) = jvp_jaxpr(&j.jaxpr, &j.consts, &leaves_of(&pf)?, &ts)?;
+    let touts = touts.into_iter().zip(&outs).map(|(t, o)| t.map(Ok).unwrap_or_else(|| zero_like(o))).collect::<Result<Vec<_>>>()?;
+    Ok((
+        unflatten_like::<O::Out>(&out_flat.treedef, outs, out_flat.statics.clone())?,
+        unflatten_like::<O::Out>(&out_flat.treedef, touts, out_flat.statics)?,
+    ))
+}
+
+/// `jax.vjp(f, primals)` evaluated at once with output cotangents `cts`: returns
+/// `f(primals)` and the cotangents of `primals` (zeros where none flow).
+#[track_caller]
+pub fn vjp<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O, primals: &A, cts: &O::Out) -> Result<(O::Out, A)> {
+    let mut pf = Flat::default();
+    primals.flatten(&mut pf);
+    let (j, out_flat) = trace_flat(&f, &pf, "vjp")?;
+    let ct_leaves: Vec<Option<Array>> = leaves_of(&flatten_value(cts))?.into_iter().map(Some).collect();
+    let leaves = leaves_of(&pf)?;
+    let (outs, in_cts) = vjp_jaxpr(&j.jaxpr, &j.consts, &leaves, &ct_leaves)?;
+    let grads = in_cts.into_iter().zip(&leaves).map(|(c, x)| c.map(Ok).unwrap_or_else(|| zero_like(x))).collect::<Result<Vec<_>>>()?;
+    Ok((
+        unflatten_like::<O::Out>(&out_flat.treedef, outs, out_flat.statics)?,
+        unflatten_like::<A>(&pf.treedef, grads, pf.statics)?,
+    ))
+}
+
+fn check_real_inputs(flat: &Flat) -> Result<()> {
+    for l in &flat.leaves {
+        let a = l.aval();
+        if !a.dtype.is_float() {
+            return Err(Error::type_error(format!(
+                "grad requires real-valued inputs (input dtype that is a sub-dtype of np.floating), but got {}. \
+                 If you want to use integer-valued inputs, use vjp or set allow_int to True.",
+                a.dtype.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `value_and_grad` on flattened arguments: the scalar value and the gradient leaves.
+fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Flat) -> Result<(Array, Flat, Vec<Array>)> {
+    check_real_inputs(flat)?;
+    let (j, out_flat) = trace_flat(f, flat, "grad")?;
+    let outs_avals = j.jaxpr.out_avals();
+    if outs_avals.len() != 1 || !outs_avals[0].shape.is_empty() {
+        let shape = outs_avals.first().map(|a| format!("{:?}", a.shape)).unwrap_or_else(|| "()".into());
+        return Err(Error::type_error(format!(
+            "Gradient only defined for scalar-output functions. Output had shape: {shape}."
+        )));
+    }
+    if !outs_avals[0].dtype.is_float() {
+        return Err(Error::type_error(format!(
+            "grad requires real-valued outputs (output dtype that is a sub-dtype of np.floating), but got {}.",
+            outs_avals[0].dtype.name()
+        )));
+    }
+    let _ = out_flat;
+    let one = Operand::Lit(Scalar::F64(1.0).cast(outs_avals[0].dtype), ShapedArray::new(&[], outs_avals[0].dtype));
+    let seed = lax::bind1(Primitive::BroadcastInDim { shape: vec![], broadcast_dimensions: vec![] }, vec![one])?;
+    let leaves = leaves_of(flat)?;
+    let (outs, cts) = vjp_jaxpr(&j.jaxpr, &j.consts, &leaves, &[Some(seed)])?;
+    let grads = cts
+        .into_iter()
+        .zip(&leaves)
+        .map(|(c, x)| match c {
+            Some(c) => fit(c, &x.aval().strong()),
+            None => zero_like(x),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((outs.into_iter().next().expect("one output"), flat.clone(), grads))
+}
+
+/// `jax.grad(f)`: a function returning the gradient of the scalar-valued `f` with
+/// respect to its whole argument (a pytree; `Static` parts are passed through).
+/// Errors: non-scalar or non-float output, integer inputs, missing rules.
+pub fn grad<A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'static) -> impl Fn(A) -> Result<A> + 'static {
+    move |a: A| {
+        let mut flat = Flat::default();
+        a.flatten(&mut flat);
+        let (_, flat, grads) = value_and_grad_flat(&f, &flat)?;
+        unflatten_like::<A>(&flat.treedef, grads, flat.statics)
+    }
+}
+
+/// `jax.value_and_grad(f)`: `(f(x), grad(f)(x))` in one pass.
+pub fn value_and_grad<A: Pytree, O: TraceOutput<Out = Array>>(
+    f: impl Fn(A) -> O + 'static,
+) -> impl Fn(A) -> Result<(Array, A)> + 'static {
+    move |a: A| {
+        let mut flat = Flat::default();
+        a.flatten(&mut flat);
+        let (v, flat, grads) = value_and_grad_flat(&f, &flat)?;
+        Ok((v, unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
+    }
+}
+
+/// `jax.value_and_grad(f, has_aux=True)`: `f` returns `(value, aux)`; the result is
+/// `((value, aux), grad)`.
+pub fn value_and_grad_with_aux<A: Pytree, X: Pytree, O: TraceOutput<Out = (Array, X)>>(
+    f: impl Fn(A) -> O + 'static,
+) -> impl Fn(A) -> Result<((Array, X), A)> + 'static {
+    move |a: A| {
+        let mut flat = Flat::default();
+        a.flatten(&mut flat);
+        check_real_inputs(&flat)?;
+        let aux_cell: std::cell::RefCell<Option<Flat>> = std::cell::RefCell::new(None);
+        // Trace once to learn the aux structure; the value is differentiated, aux is not.
+        let g = |x: A| -> Result<Array> {
+            let (v, aux) = f(x).into_result()?;
+            *aux_cell.borrow_mut() = Some(flatten_value(&aux));
+            Ok(v)
+        };
+        let (v, flat, grads) = value_and_grad_flat(&g, &flat)?;
+        let aux_flat = aux_cell.borrow_mut().take().ok_or_else(|| Error::runtime("internal: aux not produced"))?;
+        let aux = stop_aux(&aux_flat)?;
+        Ok(((v, aux), unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
+    }
+}
+
+fn stop_aux<X: Pytree>(aux: &Flat) -> Result<X> {
+    // The aux leaves are tracers of the finished inner trace: recompute is avoided by
+    // re-reading them only when they are concrete; traced aux is an error for now.
+    let leaves = leaves_of(aux)?;
+    if leaves.iter().any(|l| l.is_tracer()) {
+        return Err(Error::type_error(
+            "value_and_grad_with_aux: the aux output depends on traced values; return it from a jitted function instead",
+        ));
+    }
+    unflatten_like::<X>(&aux.treedef, leaves, aux.statics.clone())
+}
+
+/// `jax.lax.stop_gradient(x)`: `x`, with zero derivative.
+#[track_caller]
+pub fn stop_gradient(x: &Array) -> Array {
+    if !crate::trace::is_tracing() {
+        return x.clone();
+    }
+    lax::bind1(Primitive::StopGradient, vec![Operand::Array(x.clone())]).unwrap_or_else(|e| crate::numpy::ops::fail(e, x.aval()))
+}
+
+fn basis(n: usize, dtype: DType, shape: &[usize], i: usize) -> Array {
+    let mut v = vec![0.0f64; n];
+    v[i] = 1.0;
+    let aval = ShapedArray::new(shape, dtype);
+    let mut bytes = Vec::new();
+    for x in v {
+        bytes.extend(Scalar::F64(x).cast(dtype).to_bytes(dtype));
+    }
+    Array::from_buffer(crate::runtime::Buffer::from_bytes(&aval, &bytes).expect("size"), false)
+}
+
+fn stack(parts: &[Array], lead: &[usize]) -> Result<Array> {
+    // Stack along a new leading axis via broadcast + select-free concatenation: sum of
+    // one-hot placements (no concatenate primitive yet).
+    let inner = parts.first().map(|p| p.shape()).unwrap_or_default();
+    let mut shape = lead.to_vec();
+    shape.extend(&inner);
+    let n = parts.len();
+    let mut acc: Option<Array> = None;
+    for (i, p) in parts.iter().enumerate() {
+        let b = lax::bind1(
+            Primitive::BroadcastInDim { shape: [vec![n], inner.clone()].concat(), broadcast_dimensions: (1..=inner.len()).collect() },
+            vec![Operand::Array(p.clone())],
+        )?;
+        let onehot = basis(n, p.dtype(), &[n], i);
+        let m = lax::bind1(
+            Primitive::BroadcastInDim { shape: [vec![n], inner.clone()].concat(), broadcast_dimensions: vec![0] },
+            vec![Operand::Array(onehot)],
+        )?;
+        let term = lax::binary(Primitive::Mul, Operand::Array(b), Operand::Array(m))?;
+        acc = add_opt(acc, Some(term))?;
+    }
+    lax::reshape(&acc.ok_or_else(|| Error::value_error("cannot stack zero arrays"))?, &shape)
+}
+
+/// `jax.jacfwd(f)` for `f: Array -> Array`: the Jacobian `[*out_shape, *in_shape]`,
+/// one JVP per input element.
+pub fn jacfwd<O: TraceOutput<Out = Array>>(f: impl Fn(Array) -> O + Clone + 'static) -> impl Fn(Array) -> Result<Array> + 'static {
+    move |x: Array| {
+        let n = x.size();
+        let cols = (0..n)
+            .map(|i| jvp(f.clone(), &x, &basis(n, x.dtype(), &x.shape(), i)).map(|(_, t)| t))
+            .collect::<Result<Vec<_>>>()?;
+        // cols[i] has the output shape; the Jacobian puts the input index last.
+        let st = stack(&cols, &[n])?;
+        let out_nd = st.ndim() - 1;
+        let mut perm: Vec<usize> = (1..=out_nd).collect();
+        perm.push(0);
+        let t = lax::transpose(&st, &perm)?;
+        let mut shape = t.shape()[..out_nd].to_vec();
+        shape.extend(x.shape());
+        lax::reshape(&t, &shape)
+    }
+}
+
+/// `jax.jacrev(f)` for `f: Array -> Array`: the Jacobian, one VJP per output element.
+pub fn jacrev<O: TraceOutput<Out = Array>>(f: impl Fn(Array) -> O + Clone + 'static) -> impl Fn(Array) -> Result<Array> + 'static {
+    move |x: Array| {
+        let mut flat = Flat::default();
+        x.flatten(&mut flat);
+        let (j, _) = trace_flat(&f, &flat, "jacrev")?;
+        let out = j.jaxpr.out_avals().remove(0);
+        let m = out.size();
+        let rows = (0..m)
+            .map(|i| {
+                let seed = basis(m, out.dtype, &out.shape, i);
+                vjp_jaxpr(&j.jaxpr, &j.consts, std::slice::from_ref(&x), &[Some(seed)])
+                    .and_then(|(_, c)| c.into_iter().next().flatten().map(Ok).unwrap_or_else(|| zero_like(&x)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let st = stack(&rows, &[m])?;
+        let mut shape = out.shape.clone();
+        shape.extend(x.shape());
+        lax::reshape(&st, &shape)
+    }
+}
+
+/// `jax.hessian(f)` = `jacfwd(jacrev(f))` for scalar `f: Array -> Array`.
+pub fn hessian<O: TraceOutput<Out = Array>>(f: impl Fn(Array) -> O + Clone + 'static) -> impl Fn(Array) -> Result<Array> + 'static {
+    let g = jacrev(f);
+    let g = std::rc::Rc::new(g);
+    jacfwd(move |x: Array| (g.clone())(x))
+}
