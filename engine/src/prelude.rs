@@ -11,7 +11,8 @@ pub use crate::numpy as jnp;
 pub use crate::trace::pytree::Static;
 pub use crate::trace::Array;
 pub use crate::transform::{
-    grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp, Compiled,
+    grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp, vmap,
+    vmap_axes, Compiled,
     Jitted, Lowered, Traced,
 };
 pub use ndarray;
