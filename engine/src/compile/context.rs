@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// canonicalization can fold `truncf(uitofp x)` into a direct int→bf16 cast, which LLVM
 /// would lower to the `__truncsfbf2` libcall the JIT cannot resolve.
 pub const PIPELINE_TO_LOOPS: &str = "builtin.module(arith-expand{include-bf16=true},inline,symbol-dce,linalg-generalize-named-ops,linalg-fuse-elementwise-ops,\
-eliminate-empty-tensors,one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
+eliminate-empty-tensors,one-shot-bufferize{allow-return-allocs-from-loops bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
 buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
 
 /// The passes from loops on memrefs to the LLVM dialect. `convert-math-to-funcs` expands

@@ -131,6 +131,13 @@ pub enum Primitive {
     // -- transformations --
     /// identity whose cotangent and tangent are zero (`jax.lax.stop_gradient`)
     StopGradient,
+    // -- control flow: sub-jaxprs are closed over nothing; their constants are leading operands --
+    /// `cond[branches] index *ops`: runs branch `clamp(index, 0, n-1)` on `ops`
+    Cond { branches: Vec<Jaxpr> },
+    /// `while[...] *cond_consts *body_consts *init`: repeats `body` while `cond` is true
+    While { cond_jaxpr: Box<Jaxpr>, body_jaxpr: Box<Jaxpr>, cond_nconsts: usize, body_nconsts: usize },
+    /// `scan[...] *consts *init *xs` → `*carry *ys`: a loop over the leading axis of `xs`
+    Scan { jaxpr: Box<Jaxpr>, length: usize, reverse: bool, unroll: usize, num_consts: usize, num_carry: usize },
     // -- effects and nesting --
     /// host callback with the operands (no outputs): `debug::print`
     DebugCallback { callback: CallbackId, fmt: String },
@@ -179,6 +186,9 @@ impl Primitive {
             ReduceMin { .. } => "reduce_min",
             DotGeneral { .. } => "dot_general",
             StopGradient => "stop_gradient",
+            Cond { .. } => "cond",
+            While { .. } => "while",
+            Scan { .. } => "scan",
             DebugCallback { .. } => "debug_callback",
             Pjit { .. } => "jit",
         }
@@ -189,7 +199,18 @@ impl Primitive {
         match self {
             Primitive::DebugCallback { .. } => true,
             Primitive::Pjit { jaxpr, .. } => jaxpr.jaxpr.has_effects(),
-            _ => false,
+            p => p.sub_jaxprs().iter().any(|j| j.has_effects()),
+        }
+    }
+
+    /// The sub-jaxprs of a control-flow or nested-call primitive, in print order.
+    pub fn sub_jaxprs(&self) -> Vec<&Jaxpr> {
+        match self {
+            Primitive::Cond { branches } => branches.iter().collect(),
+            Primitive::While { cond_jaxpr, body_jaxpr, .. } => vec![body_jaxpr, cond_jaxpr],
+            Primitive::Scan { jaxpr, .. } => vec![jaxpr],
+            Primitive::Pjit { jaxpr, .. } => vec![&jaxpr.jaxpr],
+            _ => vec![],
         }
     }
 

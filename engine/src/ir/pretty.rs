@@ -59,9 +59,7 @@ fn collect_used(j: &Jaxpr, used: &mut HashSet<u32>) {
                 used.insert(v.id);
             }
         }
-        if let Primitive::Pjit { jaxpr, .. } = &e.primitive {
-            collect_used(&jaxpr.jaxpr, used);
-        }
+
     }
     for a in &j.outvars {
         if let Atom::Var(v) = a {
@@ -134,6 +132,15 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("effect".into(), "Debug".into()),
         ],
         Pjit { name, .. } => vec![("name".into(), name.clone())],
+        While { cond_nconsts, body_nconsts, .. } => vec![
+            ("body_nconsts".into(), body_nconsts.to_string()),
+            ("cond_nconsts".into(), cond_nconsts.to_string()),
+        ],
+        Scan { length, reverse, unroll, .. } => vec![
+            ("length".into(), length.to_string()),
+            ("reverse".into(), if *reverse { "True" } else { "False" }.into()),
+            ("unroll".into(), unroll.to_string()),
+        ],
         _ => vec![],
     };
     v.sort();
@@ -147,7 +154,19 @@ struct Printer {
 
 impl Printer {
     /// Prints `j` with its first line continuing the current line and later lines at `indent`.
+    /// Prints `j` in its own naming scope (sub-jaxprs reuse variable ids of their own;
+    /// the name counter continues across scopes, as in JAX).
     fn jaxpr(&mut self, j: &Jaxpr, indent: usize) {
+        let mut used = HashSet::new();
+        collect_used(j, &mut used);
+        let saved_used = std::mem::replace(&mut self.namer.used, used);
+        let saved_names = self.namer.names.clone();
+        self.jaxpr_scoped(j, indent);
+        self.namer.used = saved_used;
+        self.namer.names = saved_names;
+    }
+
+    fn jaxpr_scoped(&mut self, j: &Jaxpr, indent: usize) {
         let consts: Vec<String> =
             j.constvars.iter().map(|v| format!("{}:{}", self.namer.bind_always(v), v.aval.short())).collect();
         let ins: Vec<String> =
@@ -192,11 +211,38 @@ impl Printer {
             e.outputs.iter().map(|v| format!("{}:{}", self.namer.bind(v), v.aval.short())).collect();
         let ins: Vec<String> = e.inputs.iter().map(|a| self.namer.atom(a)).collect();
         let mut ps: Vec<(String, String)> = params(&e.primitive);
-        if let Primitive::Pjit { jaxpr, .. } = &e.primitive {
-            let saved = std::mem::take(&mut self.out);
-            self.jaxpr(&jaxpr.jaxpr, indent + 2);
-            let sub = std::mem::replace(&mut self.out, saved);
-            ps.push(("jaxpr".into(), sub));
+        let subs = e.primitive.sub_jaxprs();
+        if !subs.is_empty() {
+            let render = |p: &mut Printer, j: &Jaxpr, at: usize| -> String {
+                let saved = std::mem::take(&mut p.out);
+                p.jaxpr(j, at);
+                std::mem::replace(&mut p.out, saved)
+            };
+            match &e.primitive {
+                Primitive::Cond { branches } => {
+                    let mut v = String::from("(");
+                    for b in branches {
+                        let t = render(self, b, indent + 4);
+                        v.push('\n');
+                        v.push_str(&" ".repeat(indent + 4));
+                        v.push_str(&t);
+                    }
+                    v.push('\n');
+                    v.push_str(&" ".repeat(indent + 2));
+                    v.push(')');
+                    ps.push(("branches".into(), v));
+                }
+                Primitive::While { cond_jaxpr, body_jaxpr, .. } => {
+                    let b = render(self, body_jaxpr, indent + 2);
+                    let c = render(self, cond_jaxpr, indent + 2);
+                    ps.push(("body_jaxpr".into(), b));
+                    ps.push(("cond_jaxpr".into(), c));
+                }
+                _ => {
+                    let t = render(self, subs[0], indent + 2);
+                    ps.push(("jaxpr".into(), t));
+                }
+            }
             ps.sort();
         }
         let lhs = if outs.is_empty() { String::new() } else { format!("{} = ", outs.join(" ")) };
@@ -227,9 +273,7 @@ impl Printer {
 
 /// Prints a jaxpr as JAX does.
 pub fn print_jaxpr(j: &Jaxpr) -> String {
-    let mut used = HashSet::new();
-    collect_used(j, &mut used);
-    let mut p = Printer { namer: Namer { names: HashMap::new(), next: 0, used }, out: String::new() };
+    let mut p = Printer { namer: Namer { names: HashMap::new(), next: 0, used: HashSet::new() }, out: String::new() };
     p.jaxpr(j, 0);
     p.out
 }

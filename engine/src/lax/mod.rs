@@ -2,7 +2,10 @@
 //! broadcasting used by `jnp`. Every function returns `Result`; the user's line comes
 //! from `#[track_caller]`.
 
+pub mod control;
 pub mod shape;
+
+pub use control::{cond, fori_loop, fori_loop_dynamic, map, scan, switch, while_loop};
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Primitive, Scalar, ShapedArray};

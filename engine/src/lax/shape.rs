@@ -154,6 +154,7 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             let dtype = preferred_element_type.unwrap_or(l.dtype);
             Ok(vec![ShapedArray { shape, dtype, weak_type: l.weak_type && r.weak_type }])
         }
+        Cond { .. } | While { .. } | Scan { .. } => super::control::abstract_eval(p, ins),
         StopGradient => {
             arity(1)?;
             Ok(vec![ins[0].clone()])

@@ -18,6 +18,7 @@
 //! `jaxrepl_callback_arg_<dtype>(i64 id, i64 index, memref<*xT>)` per operand followed by
 //! `jaxrepl_callback_fire(i64 id, i64 nargs)` (see `compile::callbacks`).
 
+mod control;
 mod emit;
 mod scalar;
 mod structured;
@@ -239,6 +240,9 @@ impl Lowerer {
             Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
             // Identity at run time; it only matters to differentiation.
             Primitive::StopGradient => ins.clone(),
+            p @ (Primitive::Cond { .. } | Primitive::While { .. } | Primitive::Scan { .. }) => {
+                self.control(p, &ins, &eq.outputs)?
+            }
             p => {
                 let out = match eq.outputs.as_slice() {
                     [o] => o.aval.strong(),

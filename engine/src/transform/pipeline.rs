@@ -60,10 +60,28 @@ pub fn canonicalize(j: &Jaxpr) -> Jaxpr {
     let mut eqns = Vec::with_capacity(j.eqns.len());
     for e in &j.eqns {
         let mut e = e.clone();
-        if let Primitive::Pjit { name, jaxpr } = &e.primitive {
-            let inner = ClosedJaxpr { jaxpr: canonicalize(&jaxpr.jaxpr), consts: jaxpr.consts.clone() };
-            e.primitive = Primitive::Pjit { name: name.clone(), jaxpr: Box::new(inner) };
-        }
+        e.primitive = match &e.primitive {
+            Primitive::Pjit { name, jaxpr } => Primitive::Pjit {
+                name: name.clone(),
+                jaxpr: Box::new(ClosedJaxpr { jaxpr: canonicalize(&jaxpr.jaxpr), consts: jaxpr.consts.clone() }),
+            },
+            Primitive::Cond { branches } => Primitive::Cond { branches: branches.iter().map(canonicalize).collect() },
+            Primitive::While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => Primitive::While {
+                cond_jaxpr: Box::new(canonicalize(cond_jaxpr)),
+                body_jaxpr: Box::new(canonicalize(body_jaxpr)),
+                cond_nconsts: *cond_nconsts,
+                body_nconsts: *body_nconsts,
+            },
+            Primitive::Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => Primitive::Scan {
+                jaxpr: Box::new(canonicalize(jaxpr)),
+                length: *length,
+                reverse: *reverse,
+                unroll: *unroll,
+                num_consts: *num_consts,
+                num_carry: *num_carry,
+            },
+            p => p.clone(),
+        };
         let elementwise = e.primitive.is_binary_elementwise() || e.primitive == Primitive::SelectN;
         if elementwise {
             let shape = e.outputs[0].aval.shape.clone();

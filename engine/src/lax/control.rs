@@ -1,0 +1,354 @@
+//! Structured control flow: `cond`, `switch`, `while_loop`, `fori_loop`, `scan`, `map`.
+//! The functions given to them are traced once into sub-jaxprs (never unrolled), their
+//! closed-over values become leading operands, and the primitive is bound like any
+//! other, so control flow runs eagerly, under `jit`, and under transformations.
+//! See <https://docs.jax.dev/en/latest/control-flow.html>.
+
+use crate::error::{Error, Result};
+use crate::ir::{DType, Jaxpr, Primitive, ShapedArray, Var};
+use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree};
+use crate::trace::{Array, Operand};
+use crate::transform::interp::{trace_to_jaxpr, OpenJaxpr};
+use crate::transform::jit::TraceOutput;
+
+fn types(avals: &[ShapedArray]) -> String {
+    avals.iter().map(|a| a.short()).collect::<Vec<_>>().join(", ")
+}
+
+fn same(a: &[ShapedArray], b: &[ShapedArray]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.shape == y.shape && x.dtype == y.dtype)
+}
+
+/// Type rules of `cond`, `while` and `scan`.
+pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArray>> {
+    match p {
+        Primitive::Cond { branches } => {
+            let idx = ins.first().ok_or_else(|| Error::type_error("cond needs an index operand"))?;
+            if idx.dtype != DType::I32 || !idx.shape.is_empty() {
+                return Err(Error::type_error(format!("cond index must be a scalar int32, got {}", idx.short())));
+            }
+            let first = branches.first().ok_or_else(|| Error::value_error("cond needs at least one branch"))?;
+            for b in branches {
+                if !same(&b.in_avals(), &ins[1..]) {
+                    return Err(Error::type_error(format!(
+                        "cond branch takes {} but is called with {}",
+                        types(&b.in_avals()),
+                        types(&ins[1..])
+                    )));
+                }
+                if !same(&b.out_avals(), &first.out_avals()) {
+                    return Err(Error::type_error(format!(
+                        "true_fun and false_fun output must have identical types, got\n{} and {}",
+                        types(&first.out_avals()),
+                        types(&b.out_avals())
+                    )));
+                }
+            }
+            Ok(first.out_avals().into_iter().map(|a| a.strong()).collect())
+        }
+        Primitive::While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => {
+            let carry = &ins[cond_nconsts + body_nconsts..];
+            let c_out = cond_jaxpr.out_avals();
+            if c_out.len() != 1 || c_out[0].dtype != DType::Bool || !c_out[0].shape.is_empty() {
+                return Err(Error::type_error(format!(
+                    "cond_fun must return a boolean scalar, but got output type(s) [{}]",
+                    types(&c_out)
+                )));
+            }
+            if !same(&body_jaxpr.out_avals(), carry) {
+                return Err(Error::type_error(format!(
+                    "body_fun output and input must have identical types, got\n{} and {}",
+                    types(&body_jaxpr.out_avals()),
+                    types(carry)
+                )));
+            }
+            Ok(carry.to_vec())
+        }
+        Primitive::Scan { jaxpr, length, num_consts, num_carry, .. } => {
+            let carry = &ins[*num_consts..num_consts + num_carry];
+            let outs = jaxpr.out_avals();
+            if outs.len() < *num_carry || !same(&outs[..*num_carry], carry) {
+                return Err(Error::type_error(format!(
+                    "scan carry output and input must have identical types, got\n{} and {}",
+                    types(&outs[..(*num_carry).min(outs.len())]),
+                    types(carry)
+                )));
+            }
+            for x in &ins[num_consts + num_carry..] {
+                if x.shape.first() != Some(length) {
+                    return Err(Error::value_error(format!(
+                        "scan got value with no leading axis to scan over, or a length other than {length}: {}",
+                        x.short()
+                    )));
+                }
+            }
+            let mut r: Vec<ShapedArray> = carry.to_vec();
+            for y in &outs[*num_carry..] {
+                let mut shape = vec![*length];
+                shape.extend(&y.shape);
+                r.push(ShapedArray::new(&shape, y.dtype));
+            }
+            Ok(r)
+        }
+        _ => Err(Error::type_error(format!("{}: not a control-flow primitive", p.name()))),
+    }
+}
+
+fn leaves(flat: &Flat) -> Result<Vec<Array>> {
+    flat.leaves
+        .iter()
+        .map(|l| match l {
+            ArgLeaf::Value(a) => Ok(a.clone()),
+            ArgLeaf::Spec(_) => Err(Error::type_error("control flow needs array values")),
+        })
+        .collect()
+}
+
+fn flat_of<T: Pytree>(t: &T) -> Flat {
+    flatten_value(t)
+}
+
+/// Traces `f` on the leaves of `arg_flat` (abstract: only their types matter).
+fn trace_fn<A: Pytree, O: TraceOutput>(name: &str, f: &dyn Fn(A) -> O, arg: &Flat) -> Result<(OpenJaxpr, Flat)> {
+    let avals: Vec<ShapedArray> = arg.leaves.iter().map(|l| l.aval().strong()).collect();
+    let mut out = Flat::default();
+    let j = trace_to_jaxpr(name, &avals, |ts| {
+        let a = unflatten_like::<A>(&arg.treedef, ts, arg.statics.clone())?;
+        let r = f(a).into_result()?;
+        out = flatten_value(&r);
+        leaves(&out)
+    })?;
+    Ok((j, out))
+}
+
+/// Makes the constvars of `j` leading invars (closure conversion).
+fn close(j: &Jaxpr) -> Jaxpr {
+    let mut invars = j.constvars.clone();
+    invars.extend(j.invars.clone());
+    Jaxpr { constvars: vec![], invars, ..j.clone() }
+}
+
+fn max_id(j: &Jaxpr) -> u32 {
+    let mut m = 0;
+    for v in j.constvars.iter().chain(&j.invars) {
+        m = m.max(v.id);
+    }
+    for e in &j.eqns {
+        for v in &e.outputs {
+            m = m.max(v.id);
+        }
+    }
+    m
+}
+
+fn ops(xs: &[Array]) -> Vec<Operand> {
+    xs.iter().cloned().map(Operand::Array).collect()
+}
+
+#[track_caller]
+fn bind_n(p: Primitive, operands: Vec<Operand>) -> Result<Vec<Array>> {
+    crate::trace::bind(p, operands, std::panic::Location::caller())
+}
+
+/// `lax.switch(index, branches, operands)`: runs `branches[clamp(index)]`. All branches
+/// must return the same types. Errors: type mismatches between branches.
+#[track_caller]
+pub fn switch<A: Pytree, O: TraceOutput>(index: &Array, branches: &[&dyn Fn(A) -> O], operands: A) -> Result<O::Out> {
+    switch_impl(index, branches, operands, true)
+}
+
+#[track_caller]
+fn switch_impl<A: Pytree, O: TraceOutput>(index: &Array, branches: &[&dyn Fn(A) -> O], operands: A, clamp: bool) -> Result<O::Out> {
+    if branches.is_empty() {
+        return Err(Error::value_error("switch needs at least one branch"));
+    }
+    let arg = flat_of(&operands);
+    let traced = branches
+        .iter()
+        .enumerate()
+        .map(|(i, f)| trace_fn(&format!("branch {i}"), *f, &arg))
+        .collect::<Result<Vec<_>>>()?;
+    // Every branch takes the constants of all branches (its own used, others ignored).
+    let mut consts: Vec<Array> = vec![];
+    let mut const_avals: Vec<Vec<ShapedArray>> = vec![];
+    for (j, _) in &traced {
+        const_avals.push(j.consts.iter().map(|c| c.aval()).collect());
+        consts.extend(j.consts.iter().cloned());
+    }
+    let mut jaxprs = vec![];
+    for (k, (j, _)) in traced.iter().enumerate() {
+        let mut next = max_id(&j.jaxpr) + 1;
+        let mut invars: Vec<Var> = vec![];
+        for (m, avals) in const_avals.iter().enumerate() {
+            if m == k {
+                invars.extend(j.jaxpr.constvars.clone());
+            } else {
+                for a in avals {
+                    invars.push(Var { id: next, aval: a.clone() });
+                    next += 1;
+                }
+            }
+        }
+        invars.extend(j.jaxpr.invars.clone());
+        jaxprs.push(Jaxpr { constvars: vec![], invars, ..j.jaxpr.clone() });
+    }
+    let out_flat = traced[0].1.clone();
+    let idx = if index.dtype() == DType::Bool || index.dtype() != DType::I32 {
+        super::convert_element_type(index, DType::I32)?
+    } else {
+        index.clone()
+    };
+    let n = branches.len() as f64;
+    // lax.switch clamps the index into range.
+    let idx = if clamp && branches.len() > 1 {
+        let lo = super::binary(Primitive::Max, Operand::Array(idx), super::literal(crate::ir::Scalar::I32(0)))?;
+        super::binary(Primitive::Min, Operand::Array(lo), super::literal(crate::ir::Scalar::I32((n - 1.0) as i32)))?
+    } else {
+        idx
+    };
+    let mut operands_v = vec![Operand::Array(idx)];
+    operands_v.extend(ops(&consts));
+    operands_v.extend(ops(&leaves(&arg)?));
+    let outs = bind_n(Primitive::Cond { branches: jaxprs }, operands_v)?;
+    unflatten_like::<O::Out>(&out_flat.treedef, outs, out_flat.statics)
+}
+
+/// `lax.cond(pred, true_fun, false_fun, operands)`.
+#[track_caller]
+pub fn cond<A: Pytree, O: TraceOutput>(pred: &Array, true_fun: impl Fn(A) -> O, false_fun: impl Fn(A) -> O, operands: A) -> Result<O::Out> {
+    if !pred.shape().is_empty() {
+        return Err(Error::type_error(format!(
+            "Pred must be a scalar, got {} of shape {:?}.",
+            pred.dtype().name(),
+            pred.shape()
+        )));
+    }
+    let i = super::convert_element_type(pred, DType::I32)?;
+    switch_impl(&i, &[&false_fun as &dyn Fn(A) -> O, &true_fun], operands, false)
+}
+
+/// `lax.while_loop(cond_fun, body_fun, init)`: `while cond_fun(c) { c = body_fun(c) }`.
+/// Errors: `cond_fun` not returning a bool scalar, `body_fun` changing the carry types.
+#[track_caller]
+pub fn while_loop<C: Pytree, P: TraceOutput<Out = Array>, O: TraceOutput<Out = C>>(
+    cond_fun: impl Fn(C) -> P,
+    body_fun: impl Fn(C) -> O,
+    init: C,
+) -> Result<C> {
+    let arg = flat_of(&init);
+    let (cj, _) = trace_fn("cond_fun", &cond_fun, &arg)?;
+    let (bj, out) = trace_fn("body_fun", &body_fun, &arg)?;
+    let init_leaves = leaves(&arg)?;
+    let mut operands = ops(&cj.consts);
+    operands.extend(ops(&bj.consts));
+    operands.extend(ops(&init_leaves));
+    let p = Primitive::While {
+        cond_nconsts: cj.consts.len(),
+        body_nconsts: bj.consts.len(),
+        cond_jaxpr: Box::new(close(&cj.jaxpr)),
+        body_jaxpr: Box::new(close(&bj.jaxpr)),
+    };
+    let outs = bind_n(p, operands)?;
+    // Keep the init's weak types (body outputs are typed like the carry).
+    let outs = outs
+        .into_iter()
+        .zip(&init_leaves)
+        .map(|(o, i)| if i.weak_type() && !o.weak_type() { super::convert(Operand::Array(o), i.dtype(), true).map(|x| match x { Operand::Array(a) => a, _ => unreachable!() }) } else { Ok(o) })
+        .collect::<Result<Vec<_>>>()?;
+    unflatten_like::<C>(&out.treedef, outs, arg.statics)
+}
+
+/// `lax.scan(f, init, xs)`: `f(carry, x) -> (carry, y)` over the leading axis of `xs`
+/// (`length` when `xs` is `()`), returning the final carry and the stacked `ys`.
+#[track_caller]
+pub fn scan<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
+    f: impl Fn((C, X)) -> O,
+    init: C,
+    xs: X,
+    length: Option<usize>,
+    reverse: bool,
+    unroll: usize,
+) -> Result<(C, Y)> {
+    let cflat = flat_of(&init);
+    let xflat = flat_of(&xs);
+    let xl = leaves(&xflat)?;
+    let n = match (xl.first(), length) {
+        (Some(x), _) => *x.shape().first().ok_or_else(|| Error::value_error("scan got a 0-d value in xs: nothing to scan over"))?,
+        (None, Some(n)) => n,
+        (None, None) => return Err(Error::value_error("scan got no xs and no length")),
+    };
+    // The body sees one slice of each x.
+    let mut arg = Flat::default();
+    arg.treedef = format!("({}, {})", cflat.treedef, xflat.treedef);
+    arg.leaves = cflat.leaves.clone();
+    for x in &xl {
+        let mut a = x.aval();
+        a.shape.remove(0);
+        arg.leaves.push(ArgLeaf::Spec(a));
+    }
+    arg.statics = cflat.statics.iter().chain(&xflat.statics).cloned().collect();
+    let (j, out) = trace_fn("scan body", &f, &arg)?;
+    let carry_leaves = leaves(&cflat)?;
+    let mut operands = ops(&j.consts);
+    operands.extend(ops(&carry_leaves));
+    operands.extend(ops(&xl));
+    let p = Primitive::Scan {
+        jaxpr: Box::new(close(&j.jaxpr)),
+        length: n,
+        reverse,
+        unroll: unroll.max(1),
+        num_consts: j.consts.len(),
+        num_carry: carry_leaves.len(),
+    };
+    let outs = bind_n(p, operands)?;
+    let all_statics = out.statics.clone();
+    let (c, y): (C, Y) = unflatten_like::<(C, Y)>(&out.treedef, outs, all_statics)?;
+    Ok((c, y))
+}
+
+/// `lax.fori_loop(lower, upper, body, init)` with static bounds: a `scan` of
+/// `upper - lower` steps carrying the loop index, as JAX lowers it.
+#[track_caller]
+pub fn fori_loop<C: Pytree, O: TraceOutput<Out = C>>(lower: i32, upper: i32, body: impl Fn((Array, C)) -> O, init: C) -> Result<C> {
+    let n = (upper - lower).max(0) as usize;
+    let start = Array::from_buffer(
+        crate::runtime::Buffer::from_slice(&ShapedArray::new(&[], DType::I32), &[lower]).expect("scalar"),
+        false,
+    );
+    let ((_, c), ()) = scan(
+        |((i, c), ()): ((Array, C), ())| -> Result<((Array, C), ())> {
+            let next = super::binary(Primitive::Add, Operand::Array(i.clone()), super::literal(crate::ir::Scalar::I32(1)))?;
+            let c2 = body((i, c)).into_result()?;
+            Ok(((next, c2), ()))
+        },
+        (start, init),
+        (),
+        Some(n),
+        false,
+        1,
+    )?;
+    Ok(c)
+}
+
+/// `lax.fori_loop` with traced bounds: a `while_loop` over `(i, upper, carry)`.
+#[track_caller]
+pub fn fori_loop_dynamic<C: Pytree, O: TraceOutput<Out = C>>(lower: &Array, upper: &Array, body: impl Fn((Array, C)) -> O, init: C) -> Result<C> {
+    let lo = super::convert_element_type(lower, DType::I32)?;
+    let hi = super::convert_element_type(upper, DType::I32)?;
+    let (_, _, c) = while_loop(
+        |(i, u, _): (Array, Array, C)| super::binary(Primitive::Lt, Operand::Array(i), Operand::Array(u)),
+        |(i, u, c): (Array, Array, C)| -> Result<(Array, Array, C)> {
+            let next = super::binary(Primitive::Add, Operand::Array(i.clone()), super::literal(crate::ir::Scalar::I32(1)))?;
+            Ok((next, u, body((i, c)).into_result()?))
+        },
+        (lo, hi, init),
+    )?;
+    Ok(c)
+}
+
+/// `lax.map(f, xs)`: `f` applied to each slice of `xs` along axis 0, as a `scan`.
+#[track_caller]
+pub fn map<X: Pytree, O: TraceOutput>(f: impl Fn(X) -> O, xs: X) -> Result<O::Out> {
+    let ((), ys) = scan(|((), x): ((), X)| -> Result<((), O::Out)> { Ok(((), f(x).into_result()?)) }, (), xs, None, false, 1)?;
+    Ok(ys)
+}
