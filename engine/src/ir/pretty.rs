@@ -134,7 +134,7 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("effect".into(), "Debug".into()),
         ],
         Pjit { name, .. } => vec![("name".into(), name.clone())],
-        _ => vec![],
+        _ => super::pretty_ops::params(p),
     };
     v.sort();
     v

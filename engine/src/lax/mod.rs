@@ -3,6 +3,7 @@
 //! from `#[track_caller]`.
 
 pub mod shape;
+pub mod shape_ops;
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Primitive, Scalar, ShapedArray};

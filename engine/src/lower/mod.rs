@@ -18,8 +18,13 @@
 //! `jaxrepl_callback_arg_<dtype>(i64 id, i64 index, memref<*xT>)` per operand followed by
 //! `jaxrepl_callback_fire(i64 id, i64 nargs)` (see `compile::callbacks`).
 
+mod array_ops;
+mod conv;
 mod emit;
+mod indexing;
 mod scalar;
+mod shape_ops;
+mod sort;
 mod structured;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -239,6 +244,7 @@ impl Lowerer {
             Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
             // Identity at run time; it only matters to differentiation.
             Primitive::StopGradient => ins.clone(),
+            p if p.is_multi_output_array_op() => self.array_op_multi(p, &ins, &eq.outputs)?,
             p => {
                 let out = match eq.outputs.as_slice() {
                     [o] => o.aval.strong(),
@@ -322,7 +328,7 @@ impl Lowerer {
                 arity(2)?;
                 self.dot(&ins[0], &ins[1], out, [lhs_contracting, rhs_contracting, lhs_batch, rhs_batch])
             }
-            _ => Err(Error::compile(format!("lowering: no rule for `{}`", p.name()))),
+            _ => self.array_op(p, ins, out),
         }
     }
 
