@@ -7,6 +7,7 @@
 //! gave them. See <https://docs.jax.dev/en/latest/jaxpr.html>.
 
 use super::aval::ShapedArray;
+use super::array_ops::{ConvDims, CumOp, GatherDims, GatherMode, ScatterDims, ScatterOp, WindowOp};
 use super::dtype::{DType, Scalar};
 use crate::runtime::Buffer;
 use std::sync::Arc;
@@ -143,6 +144,87 @@ pub enum Primitive {
     DebugCallback { callback: CallbackId, fmt: String },
     /// a nested jitted call
     Pjit { name: String, jaxpr: Box<ClosedJaxpr> },
+    // -- issue 3 array ops --
+    /// sign: -1, 0 or 1 (floats keep ±0 and NaN; unsigned 0 or 1)
+    Sign,
+    /// round toward -inf (floats)
+    Floor,
+    /// round toward +inf (floats)
+    Ceil,
+    /// round to integral: rounding_method 0 = half away from zero, 1 = half to even
+    Round { rounding_method: u8 },
+    /// bool: neither infinite nor NaN (floats)
+    IsFinite,
+    /// log(1 + x), accurate near 0
+    Log1p,
+    /// e^x - 1, accurate near 0
+    Expm1,
+    /// 1 / (1 + e^-x)
+    Logistic,
+    /// the error function
+    Erf,
+    /// x ** y for a static integer exponent y (repeated multiplication)
+    IntegerPow { y: i32 },
+    /// logical (bool) / bitwise (ints) exclusive or; two operands of one shape and dtype
+    Xor,
+    /// rounds floats to `exponent_bits`/`mantissa_bits` (same dtype out), as XLA does
+    ReducePrecision { exponent_bits: u32, mantissa_bits: u32 },
+    /// product over `axes`
+    ReduceProd { axes: Vec<usize> },
+    /// logical and over `axes` (bool)
+    ReduceAnd { axes: Vec<usize> },
+    /// logical or over `axes` (bool)
+    ReduceOr { axes: Vec<usize> },
+    /// index of the first maximum along `axes` (one axis); NaN counts as the maximum
+    ArgMax { axes: Vec<usize>, index_dtype: DType },
+    /// index of the first minimum along `axes` (one axis); NaN counts as the minimum
+    ArgMin { axes: Vec<usize>, index_dtype: DType },
+    /// running reduction along `axis` (cumsum/cumprod/cummax/cummin), from the end if `reverse`
+    Cumulative { op: CumOp, axis: usize, reverse: bool },
+    /// join operands (equal but for `dimension`) along `dimension`
+    Concatenate { dimension: usize },
+    /// pad with the second operand (0-d): (low, high, interior) per dim; negative trims
+    Pad { padding_config: Vec<(i64, i64, i64)> },
+    /// reverse along `dimensions`
+    Rev { dimensions: Vec<usize> },
+    /// drop `dimensions` (each of size 1)
+    Squeeze { dimensions: Vec<usize> },
+    /// static strided slice [start, limit) with `strides` (None = all 1)
+    Slice { start_indices: Vec<usize>, limit_indices: Vec<usize>, strides: Option<Vec<usize>> },
+    /// slice of `slice_sizes` at run-time start indices (operands: x, one 0-d int per dim), clamped in range
+    DynamicSlice { slice_sizes: Vec<usize> },
+    /// x with `update` written at run-time start indices (operands: x, update, one 0-d int per dim), clamped
+    DynamicUpdateSlice,
+    /// split along `axis` into pieces of `sizes` (one output per size)
+    Split { sizes: Vec<usize>, axis: usize },
+    /// XLA gather (operands: x, indices with the index vector last)
+    Gather { dimension_numbers: GatherDims, slice_sizes: Vec<usize>, mode: GatherMode, fill_value: Option<f64>, indices_are_sorted: bool, unique_indices: bool },
+    /// XLA scatter (operands: x, indices, updates) combining with `op`
+    Scatter { op: ScatterOp, dimension_numbers: ScatterDims, mode: GatherMode, indices_are_sorted: bool, unique_indices: bool },
+    /// sort all operands along `dimension` by the first `num_keys` (lexicographic); one output per operand
+    Sort { dimension: usize, is_stable: bool, num_keys: usize },
+    /// the k largest along the last dim, descending: outputs (values, int32 indices)
+    TopK { k: usize },
+    /// convolution (operands: lhs, rhs) with strides, padding, dilations and feature groups
+    ConvGeneralDilated {
+        window_strides: Vec<usize>,
+        padding: Vec<(i64, i64)>,
+        lhs_dilation: Vec<usize>,
+        rhs_dilation: Vec<usize>,
+        dimension_numbers: ConvDims,
+        feature_group_count: usize,
+        batch_group_count: usize,
+        preferred_element_type: Option<DType>,
+    },
+    /// windowed reduction (pooling) with strides, padding and dilations
+    ReduceWindow {
+        op: WindowOp,
+        window_dimensions: Vec<usize>,
+        window_strides: Vec<usize>,
+        padding: Vec<(i64, i64)>,
+        base_dilation: Vec<usize>,
+        window_dilation: Vec<usize>,
+    },
 }
 
 impl Primitive {
@@ -191,6 +273,48 @@ impl Primitive {
             Scan { .. } => "scan",
             DebugCallback { .. } => "debug_callback",
             Pjit { .. } => "jit",
+            // -- issue 3 array ops --
+            Sign => "sign",
+            Floor => "floor",
+            Ceil => "ceil",
+            Round { .. } => "round",
+            IsFinite => "is_finite",
+            Log1p => "log1p",
+            Expm1 => "expm1",
+            Logistic => "logistic",
+            Erf => "erf",
+            IntegerPow { .. } => "integer_pow",
+            Xor => "xor",
+            ReducePrecision { .. } => "reduce_precision",
+            ReduceProd { .. } => "reduce_prod",
+            ReduceAnd { .. } => "reduce_and",
+            ReduceOr { .. } => "reduce_or",
+            ArgMax { .. } => "argmax",
+            ArgMin { .. } => "argmin",
+            Cumulative { op: CumOp::Sum, .. } => "cumsum",
+            Cumulative { op: CumOp::Prod, .. } => "cumprod",
+            Cumulative { op: CumOp::Max, .. } => "cummax",
+            Cumulative { op: CumOp::Min, .. } => "cummin",
+            Concatenate { .. } => "concatenate",
+            Pad { .. } => "pad",
+            Rev { .. } => "rev",
+            Squeeze { .. } => "squeeze",
+            Slice { .. } => "slice",
+            DynamicSlice { .. } => "dynamic_slice",
+            DynamicUpdateSlice => "dynamic_update_slice",
+            Split { .. } => "split",
+            Gather { .. } => "gather",
+            Scatter { op: ScatterOp::Set, .. } => "scatter",
+            Scatter { op: ScatterOp::Add, .. } => "scatter-add",
+            Scatter { op: ScatterOp::Mul, .. } => "scatter-mul",
+            Scatter { op: ScatterOp::Min, .. } => "scatter-min",
+            Scatter { op: ScatterOp::Max, .. } => "scatter-max",
+            Sort { .. } => "sort",
+            TopK { .. } => "top_k",
+            ConvGeneralDilated { .. } => "conv_general_dilated",
+            ReduceWindow { op: WindowOp::Sum, .. } => "reduce_window_sum",
+            ReduceWindow { op: WindowOp::Max, .. } => "reduce_window_max",
+            ReduceWindow { op: WindowOp::Min, .. } => "reduce_window_min",
         }
     }
 
@@ -214,6 +338,12 @@ impl Primitive {
         }
     }
 
+    /// Primitives with a number of outputs other than one that lowering handles in
+    /// `lower::array_ops` (`sort`, `top_k`, `split`).
+    pub fn is_multi_output_array_op(&self) -> bool {
+        matches!(self, Primitive::Sort { .. } | Primitive::TopK { .. } | Primitive::Split { .. })
+    }
+
     /// Elementwise primitives with one operand.
     pub fn is_unary_elementwise(&self) -> bool {
         use Primitive::*;
@@ -223,7 +353,7 @@ impl Primitive {
     /// Elementwise primitives with two operands of one shape.
     pub fn is_binary_elementwise(&self) -> bool {
         use Primitive::*;
-        matches!(self, Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Eq | Ne | Lt | Le | Gt | Ge)
+        matches!(self, Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Eq | Ne | Lt | Le | Gt | Ge | Xor)
     }
 
     /// Comparisons (bool result).

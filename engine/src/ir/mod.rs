@@ -1,11 +1,14 @@
 //! The engine's IR: dtypes, abstract values, jaxprs and their printer.
 //! Invariant: nothing here depends on tracing, lowering or the runtime's execution.
 
+pub mod array_ops;
 pub mod aval;
 pub mod dtype;
 pub mod jaxpr;
 pub mod pretty;
+pub mod pretty_ops;
 
+pub use array_ops::{ConvDims, CumOp, GatherDims, GatherMode, ScatterDims, ScatterOp, WindowOp};
 pub use aval::{ShapeDtypeStruct, ShapedArray};
 pub use dtype::{DType, Scalar};
 pub use jaxpr::{Atom, CallbackId, ClosedJaxpr, Eqn, Jaxpr, Literal, Primitive, SourceInfo, Var};

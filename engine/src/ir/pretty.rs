@@ -141,7 +141,7 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("reverse".into(), if *reverse { "True" } else { "False" }.into()),
             ("unroll".into(), unroll.to_string()),
         ],
-        _ => vec![],
+        _ => super::pretty_ops::params(p),
     };
     v.sort();
     v

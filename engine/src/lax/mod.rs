@@ -4,6 +4,7 @@
 
 pub mod control;
 pub mod shape;
+pub mod shape_ops;
 
 pub use control::{cond, fori_loop, fori_loop_dynamic, map, scan, switch, while_loop};
 

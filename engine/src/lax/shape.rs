@@ -47,7 +47,7 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             } else {
                 return Err(err(p, format!("incompatible shapes for broadcasting: {}", types(ins))));
             };
-            if matches!(p, And | Or) && a.dtype.is_float() {
+            if matches!(p, And | Or | Xor) && a.dtype.is_float() {
                 return Err(err(p, format!("requires bool or integer operands, got {}", types(ins))));
             }
             if p.is_comparison() {
@@ -167,6 +167,6 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             }
             Ok(jaxpr.jaxpr.out_avals())
         }
-        _ => Err(err(p, "no type rule".into())),
+        _ => super::shape_ops::abstract_eval(p, ins),
     }
 }

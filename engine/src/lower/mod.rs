@@ -18,9 +18,14 @@
 //! `jaxrepl_callback_arg_<dtype>(i64 id, i64 index, memref<*xT>)` per operand followed by
 //! `jaxrepl_callback_fire(i64 id, i64 nargs)` (see `compile::callbacks`).
 
+mod array_ops;
 mod control;
+mod conv;
 mod emit;
+mod indexing;
 mod scalar;
+mod shape_ops;
+mod sort;
 mod structured;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -243,6 +248,7 @@ impl Lowerer {
             p @ (Primitive::Cond { .. } | Primitive::While { .. } | Primitive::Scan { .. }) => {
                 self.control(p, &ins, &eq.outputs)?
             }
+            p if p.is_multi_output_array_op() => self.array_op_multi(p, &ins, &eq.outputs)?,
             p => {
                 let out = match eq.outputs.as_slice() {
                     [o] => o.aval.strong(),
@@ -326,7 +332,7 @@ impl Lowerer {
                 arity(2)?;
                 self.dot(&ins[0], &ins[1], out, [lhs_contracting, rhs_contracting, lhs_batch, rhs_batch])
             }
-            _ => Err(Error::compile(format!("lowering: no rule for `{}`", p.name()))),
+            _ => self.array_op(p, ins, out),
         }
     }
 

@@ -122,6 +122,7 @@ pub(crate) fn binary(e: &mut Emitter, prim: &Primitive, x: &str, y: &str, d: DTy
         Max => e.op(&format!("arith.{} {x}, {y} : {t}", if u { "maxui" } else { "maxsi" })),
         Min => e.op(&format!("arith.{} {x}, {y} : {t}", if u { "minui" } else { "minsi" })),
         And => e.op(&format!("arith.andi {x}, {y} : {t}")),
+        Xor => e.op(&format!("arith.xori {x}, {y} : {t}")),
         Or => e.op(&format!("arith.ori {x}, {y} : {t}")),
         Eq => cmp(e, "eq"),
         Ne => cmp(e, "ne"),
