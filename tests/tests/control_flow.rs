@@ -117,3 +117,4 @@ fn a_thousand_step_loop_stays_a_loop() {
     }
     assert!((got - want as f64).abs() < 1e-2, "{got} vs {want}");
 }
+

@@ -121,14 +121,44 @@ fn trace_fn<A: Pytree, O: TraceOutput>(name: &str, f: &dyn Fn(A) -> O, arg: &Fla
     Ok((j, out))
 }
 
+/// Closure-converts branches that were traced separately: every branch takes the
+/// constants of all branches as leading operands (its own used, the others ignored).
+/// Returns the branch jaxprs and the constant values to pass.
+pub(crate) fn merge_branches(traced: Vec<OpenJaxpr>) -> (Vec<Jaxpr>, Vec<Array>) {
+    let mut consts: Vec<Array> = vec![];
+    let mut const_avals: Vec<Vec<ShapedArray>> = vec![];
+    for j in &traced {
+        const_avals.push(j.consts.iter().map(|c| c.aval()).collect());
+        consts.extend(j.consts.iter().cloned());
+    }
+    let mut jaxprs = vec![];
+    for (k, j) in traced.iter().enumerate() {
+        let mut next = max_id(&j.jaxpr) + 1;
+        let mut invars: Vec<Var> = vec![];
+        for (m, avals) in const_avals.iter().enumerate() {
+            if m == k {
+                invars.extend(j.jaxpr.constvars.clone());
+            } else {
+                for a in avals {
+                    invars.push(Var { id: next, aval: a.clone() });
+                    next += 1;
+                }
+            }
+        }
+        invars.extend(j.jaxpr.invars.clone());
+        jaxprs.push(Jaxpr { constvars: vec![], invars, ..j.jaxpr.clone() });
+    }
+    (jaxprs, consts)
+}
+
 /// Makes the constvars of `j` leading invars (closure conversion).
-fn close(j: &Jaxpr) -> Jaxpr {
+pub(crate) fn close(j: &Jaxpr) -> Jaxpr {
     let mut invars = j.constvars.clone();
     invars.extend(j.invars.clone());
     Jaxpr { constvars: vec![], invars, ..j.clone() }
 }
 
-fn max_id(j: &Jaxpr) -> u32 {
+pub(crate) fn max_id(j: &Jaxpr) -> u32 {
     let mut m = 0;
     for v in j.constvars.iter().chain(&j.invars) {
         m = m.max(v.id);
@@ -168,31 +198,8 @@ fn switch_impl<A: Pytree, O: TraceOutput>(index: &Array, branches: &[&dyn Fn(A) 
         .enumerate()
         .map(|(i, f)| trace_fn(&format!("branch {i}"), *f, &arg))
         .collect::<Result<Vec<_>>>()?;
-    // Every branch takes the constants of all branches (its own used, others ignored).
-    let mut consts: Vec<Array> = vec![];
-    let mut const_avals: Vec<Vec<ShapedArray>> = vec![];
-    for (j, _) in &traced {
-        const_avals.push(j.consts.iter().map(|c| c.aval()).collect());
-        consts.extend(j.consts.iter().cloned());
-    }
-    let mut jaxprs = vec![];
-    for (k, (j, _)) in traced.iter().enumerate() {
-        let mut next = max_id(&j.jaxpr) + 1;
-        let mut invars: Vec<Var> = vec![];
-        for (m, avals) in const_avals.iter().enumerate() {
-            if m == k {
-                invars.extend(j.jaxpr.constvars.clone());
-            } else {
-                for a in avals {
-                    invars.push(Var { id: next, aval: a.clone() });
-                    next += 1;
-                }
-            }
-        }
-        invars.extend(j.jaxpr.invars.clone());
-        jaxprs.push(Jaxpr { constvars: vec![], invars, ..j.jaxpr.clone() });
-    }
     let out_flat = traced[0].1.clone();
+    let (jaxprs, consts) = merge_branches(traced.into_iter().map(|(j, _)| j).collect());
     let idx = if index.dtype() == DType::Bool || index.dtype() != DType::I32 {
         super::convert_element_type(index, DType::I32)?
     } else {

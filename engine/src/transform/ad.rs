@@ -60,7 +60,6 @@ pub fn jvp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], tangents: &[Opt
             .iter()
             .map(|a| super::interp::operand(&p, a))
             .collect::<Result<Vec<Operand>>>()?;
-        let outs = bind(e.primitive.clone(), ops, loc)?;
         let ts: Vec<Option<Array>> = e
             .inputs
             .iter()
@@ -69,6 +68,15 @@ pub fn jvp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], tangents: &[Opt
                 Atom::Lit(_) => Ok(None),
             })
             .collect::<Result<_>>()?;
+        if !e.primitive.sub_jaxprs().is_empty() {
+            let (outs, touts) = super::control_ad::control_jvp(&e.primitive, &ins, &ts)?;
+            for ((v, o), dt) in e.outputs.iter().zip(outs).zip(touts) {
+                p.set(v, o);
+                t.set(v, dt);
+            }
+            continue;
+        }
+        let outs = bind(e.primitive.clone(), ops, loc)?;
         for (i, (v, o)) in e.outputs.iter().zip(&outs).enumerate() {
             let dt = if i == 0 { jvp_rule(&e.primitive, &ins, &outs, &ts, &v.aval)? } else { None };
             p.set(v, o.clone());
@@ -124,11 +132,19 @@ pub fn vjp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], cts: &[Option<A
         }
     }
     for (e, (ins, outs)) in j.eqns.iter().zip(&saved).rev() {
-        let g = match e.outputs.first().and_then(|o| ct.remove(&o.id)) {
-            Some(g) => g,
-            None => continue,
+        let in_cts = if !e.primitive.sub_jaxprs().is_empty() {
+            let cts: Vec<Option<Array>> = e.outputs.iter().map(|o| ct.remove(&o.id)).collect();
+            if cts.iter().all(|c| c.is_none()) {
+                continue;
+            }
+            super::control_ad::control_vjp(&e.primitive, ins, &cts)?
+        } else {
+            let g = match e.outputs.first().and_then(|o| ct.remove(&o.id)) {
+                Some(g) => g,
+                None => continue,
+            };
+            vjp_rule(&e.primitive, ins, outs, &g)?
         };
-        let in_cts = vjp_rule(&e.primitive, ins, outs, &g)?;
         for (a, c) in e.inputs.iter().zip(in_cts) {
             if let (Atom::Var(v), Some(c)) = (a, c) {
                 accum(&mut ct, v.id, c)?;

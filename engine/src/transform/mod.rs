@@ -16,3 +16,4 @@ pub mod interp;
 pub use ad::{grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp};
 pub mod batching;
 pub use batching::{vmap, vmap_axes};
+pub mod control_ad;
