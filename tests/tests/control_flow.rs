@@ -118,3 +118,47 @@ fn a_thousand_step_loop_stays_a_loop() {
     assert!((got - want as f64).abs() < 1e-2, "{got} vs {want}");
 }
 
+
+#[test]
+fn vmap_of_control_flow_matches_a_loop() {
+    // cond with a batched predicate becomes a select over both branches.
+    let f = |x: Array| lax::cond(&x.gt(0.0), |x: Array| &x * 10.0, |x: Array| -x, x);
+    let xs = Array::from_slice(&[-2.0f32, 3.0, 0.5, -0.1]);
+    assert_eq!(f64s(&vmap(f)(xs.clone()).unwrap()), vec![2.0, 30.0, 5.0, 0.10000000149011612]);
+    let j = make_jaxpr(vmap(f), xs.clone()).unwrap().to_string();
+    assert!(j.contains("select_n"), "{j}");
+    // cond with an unbatched predicate stays a cond over batched branches.
+    let g = vmap_axes(|(p, x): (Array, Array)| lax::cond(&p, |x: Array| &x + 1.0, |x: Array| &x - 1.0, x), vec![None, Some(0)], 0);
+    assert_eq!(f64s(&g((Array::scalar(true), xs.clone())).unwrap()), vec![-1.0, 4.0, 1.5, 0.8999999761581421]);
+    // while with per-lane trip counts: Collatz steps for several n.
+    let steps = |n: Array| {
+        lax::while_loop(
+            |(n, _): (Array, Array)| n.gt(1),
+            |(n, s): (Array, Array)| -> Result<(Array, Array)> {
+                let half = (n.clone() / 2).astype(DType::I32);
+                let even = (&half * 2).eq(&n);
+                Ok((jnp::where_(&even, &half, &(&n * 3 + 1))?, s + 1))
+            },
+            (n, Array::scalar(0i32)),
+        )
+        .map(|(_, s)| s)
+    };
+    let ns = Array::from_slice(&[1i32, 2, 3, 6, 7, 27]);
+    let want: Vec<f64> = [1u64, 2, 3, 6, 7, 27]
+        .iter()
+        .map(|&n| {
+            let (mut n, mut s) = (n, 0);
+            while n > 1 {
+                n = if n % 2 == 0 { n / 2 } else { 3 * n + 1 };
+                s += 1;
+            }
+            s as f64
+        })
+        .collect();
+    assert_eq!(f64s(&vmap(steps)(ns.clone()).unwrap()), want);
+    assert_eq!(f64s(&jit(vmap(steps)).call(&ns).unwrap()), want);
+    // scan over each row of a batch: per-row cumulative sums.
+    let m = Array::from_vec((1..=6).map(|v| v as f32).collect(), &[2, 3]).unwrap();
+    let cs = vmap(|r: Array| lax::scan(|(c, x): (Array, Array)| (&c + &x, &c + &x), Array::scalar(0.0f32), r, None, false, 1).map(|(_, ys)| ys));
+    assert_eq!(f64s(&cs(m).unwrap()), vec![1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
+}

@@ -136,8 +136,196 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
             bind(p.clone(), ins.iter().map(|v| arr(&v.x)).collect(), loc)?;
             Ok(vec![])
         }
+        Cond { branches } => batch_cond(branches, ins, b),
+        While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => {
+            batch_while(cond_jaxpr, body_jaxpr, *cond_nconsts, *body_nconsts, ins, b)
+        }
+        Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => {
+            batch_scan(jaxpr, *length, *reverse, *unroll, *num_consts, *num_carry, ins, b)
+        }
         _ => Err(Error::type_error(format!("Batching rule for '{}' not implemented", p.name()))),
     }
+}
+
+/// The unbatched shape of a value.
+fn logical_shape(v: &BVal) -> Vec<usize> {
+    let s = v.x.shape();
+    if v.batched { s[1..].to_vec() } else { s }
+}
+
+/// Makes every value batched (broadcasting unbatched ones).
+fn all_batched(vals: Vec<BVal>, b: usize) -> Result<Vec<Array>> {
+    vals.iter().map(|v| to_full(v, b, &logical_shape(v))).collect()
+}
+
+/// The aval a traced sub-jaxpr sees for a value: with the batch dim when batched.
+fn traced_aval(v: &BVal) -> ShapedArray {
+    v.x.aval().strong()
+}
+
+fn bvals(xs: &[Array], flags: &[bool]) -> Vec<BVal> {
+    xs.iter().zip(flags).map(|(x, &batched)| BVal { x: x.clone(), batched }).collect()
+}
+
+/// `cond` under vmap: a batched index becomes a `select_n` over every branch's
+/// (batched) result, as in JAX; an unbatched index keeps the `cond` over batched branches.
+fn batch_cond(branches: &[Jaxpr], ins: &[BVal], b: usize) -> Result<Vec<BVal>> {
+    let ops_v = &ins[1..];
+    if ins[0].batched {
+        let mut per_branch = vec![];
+        for bj in branches {
+            per_branch.push(all_batched(batch_jaxpr(bj, &[], ops_v.to_vec(), b)?, b)?);
+        }
+        let n_out = per_branch[0].len();
+        let mut outs = vec![];
+        for k in 0..n_out {
+            let cases: Vec<Array> = per_branch.iter().map(|o| o[k].clone()).collect();
+            let shape = cases[0].shape()[1..].to_vec();
+            let which = to_full(&ins[0], b, &shape)?;
+            outs.push(BVal { x: lax::select_n(&which, &cases)?, batched: true });
+        }
+        return Ok(outs);
+    }
+    let flags: Vec<bool> = ops_v.iter().map(|v| v.batched).collect();
+    let avals: Vec<ShapedArray> = ops_v.iter().map(traced_aval).collect();
+    let traced = branches
+        .iter()
+        .map(|bj| trace_to_jaxpr("vmap cond", &avals, |v| all_batched(batch_jaxpr(bj, &[], bvals(&v, &flags), b)?, b)))
+        .collect::<Result<Vec<_>>>()?;
+    let (jaxprs, consts) = crate::lax::control::merge_branches(traced);
+    let mut operands = vec![arr(&ins[0].x)];
+    operands.extend(consts.iter().map(arr));
+    operands.extend(ops_v.iter().map(|v| arr(&v.x)));
+    let outs = bind(Primitive::Cond { branches: jaxprs }, operands, Location::caller())?;
+    Ok(outs.into_iter().map(|x| BVal { x, batched: true }).collect())
+}
+
+/// `while_loop` under vmap: every carry is batched; a batched predicate runs while any
+/// lane is still looping and freezes finished lanes with `select_n`, as JAX does.
+fn batch_while(cj: &Jaxpr, bj: &Jaxpr, cn: usize, bn: usize, ins: &[BVal], b: usize) -> Result<Vec<BVal>> {
+    let cconsts = &ins[..cn];
+    let bconsts = &ins[cn..cn + bn];
+    let init = all_batched(ins[cn + bn..].to_vec(), b)?;
+    let nc = init.len();
+    let cflags: Vec<bool> = cconsts.iter().map(|v| v.batched).collect();
+    let bflags: Vec<bool> = bconsts.iter().map(|v| v.batched).collect();
+    let carry_avals: Vec<ShapedArray> = init.iter().map(|x| x.aval().strong()).collect();
+    // Is the predicate batched? Trace the batched cond once to find out.
+    let mut ca: Vec<ShapedArray> = cconsts.iter().map(traced_aval).collect();
+    ca.extend(carry_avals.clone());
+    let mut pred_batched = false;
+    let probe = trace_to_jaxpr("vmap while cond", &ca, |v| {
+        let mut vals = bvals(&v[..cn], &cflags);
+        vals.extend(bvals(&v[cn..], &vec![true; nc]));
+        let p = batch_jaxpr(cj, &[], vals, b)?.remove(0);
+        pred_batched = p.batched;
+        Ok(vec![p.x])
+    })?;
+    if !pred_batched {
+        let mut ba: Vec<ShapedArray> = bconsts.iter().map(traced_aval).collect();
+        ba.extend(carry_avals.clone());
+        let body = trace_to_jaxpr("vmap while body", &ba, |v| {
+            let mut vals = bvals(&v[..bn], &bflags);
+            vals.extend(bvals(&v[bn..], &vec![true; nc]));
+            all_batched(batch_jaxpr(bj, &[], vals, b)?, b)
+        })?;
+        let mut operands: Vec<Operand> = probe.consts.iter().map(arr).collect();
+        operands.extend(cconsts.iter().map(|v| arr(&v.x)));
+        operands.extend(body.consts.iter().map(arr));
+        operands.extend(bconsts.iter().map(|v| arr(&v.x)));
+        operands.extend(init.iter().map(arr));
+        let p = Primitive::While {
+            cond_nconsts: probe.consts.len() + cn,
+            body_nconsts: body.consts.len() + bn,
+            cond_jaxpr: Box::new(crate::lax::control::close(&probe.jaxpr)),
+            body_jaxpr: Box::new(crate::lax::control::close(&body.jaxpr)),
+        };
+        let outs = bind(p, operands, Location::caller())?;
+        return Ok(outs.into_iter().map(|x| BVal { x, batched: true }).collect());
+    }
+    // Batched predicate: loop while any lane's predicate holds.
+    let any_cond = trace_to_jaxpr("vmap while any", &ca, |v| {
+        let mut vals = bvals(&v[..cn], &cflags);
+        vals.extend(bvals(&v[cn..], &vec![true; nc]));
+        let p = batch_jaxpr(cj, &[], vals, b)?.remove(0).x;
+        let as_int = lax::convert_element_type(&p, crate::ir::DType::I32)?;
+        let m = lax::bind1(Primitive::ReduceMax { axes: vec![0] }, vec![arr(&as_int)])?;
+        Ok(vec![lax::binary(Primitive::Gt, arr(&m), lax::literal(crate::ir::Scalar::I32(0)))?])
+    })?;
+    let mut ba: Vec<ShapedArray> = cconsts.iter().map(traced_aval).collect();
+    ba.extend(bconsts.iter().map(traced_aval));
+    ba.extend(carry_avals.clone());
+    let body = trace_to_jaxpr("vmap while masked body", &ba, |v| {
+        let mut cvals = bvals(&v[..cn], &cflags);
+        cvals.extend(bvals(&v[cn + bn..], &vec![true; nc]));
+        let p = batch_jaxpr(cj, &[], cvals, b)?.remove(0).x;
+        let mut bvals_v = bvals(&v[cn..cn + bn], &bflags);
+        bvals_v.extend(bvals(&v[cn + bn..], &vec![true; nc]));
+        let new = all_batched(batch_jaxpr(bj, &[], bvals_v, b)?, b)?;
+        new.iter()
+            .zip(&v[cn + bn..])
+            .map(|(n, old)| {
+                let which = to_full(&BVal { x: p.clone(), batched: true }, b, &n.shape()[1..])?;
+                lax::select_n(&which, &[old.clone(), n.clone()])
+            })
+            .collect()
+    })?;
+    let mut operands: Vec<Operand> = any_cond.consts.iter().map(arr).collect();
+    operands.extend(cconsts.iter().map(|v| arr(&v.x)));
+    operands.extend(body.consts.iter().map(arr));
+    operands.extend(cconsts.iter().map(|v| arr(&v.x)));
+    operands.extend(bconsts.iter().map(|v| arr(&v.x)));
+    operands.extend(init.iter().map(arr));
+    let p = Primitive::While {
+        cond_nconsts: any_cond.consts.len() + cn,
+        body_nconsts: body.consts.len() + cn + bn,
+        cond_jaxpr: Box::new(crate::lax::control::close(&any_cond.jaxpr)),
+        body_jaxpr: Box::new(crate::lax::control::close(&body.jaxpr)),
+    };
+    let outs = bind(p, operands, Location::caller())?;
+    Ok(outs.into_iter().map(|x| BVal { x, batched: true }).collect())
+}
+
+/// `scan` under vmap: batched `xs` are scanned over their axis 1 (the batch axis moves
+/// behind the scanned one), carries are all batched, and `ys` come back batch-first.
+#[allow(clippy::too_many_arguments)]
+fn batch_scan(j: &Jaxpr, length: usize, reverse: bool, unroll: usize, nc: usize, ncar: usize, ins: &[BVal], b: usize) -> Result<Vec<BVal>> {
+    let consts = &ins[..nc];
+    let init = all_batched(ins[nc..nc + ncar].to_vec(), b)?;
+    let xs = &ins[nc + ncar..];
+    let kflags: Vec<bool> = consts.iter().map(|v| v.batched).collect();
+    let xflags: Vec<bool> = xs.iter().map(|v| v.batched).collect();
+    let xs_scan: Vec<Array> = xs.iter().map(|v| if v.batched { move_axis(&v.x, 0, 1) } else { Ok(v.x.clone()) }).collect::<Result<_>>()?;
+    let mut avals: Vec<ShapedArray> = consts.iter().map(traced_aval).collect();
+    avals.extend(init.iter().map(|x| x.aval().strong()));
+    avals.extend(xs_scan.iter().map(|x| {
+        let mut a = x.aval().strong();
+        a.shape.remove(0);
+        a
+    }));
+    let body = trace_to_jaxpr("vmap scan body", &avals, |v| {
+        let mut vals = bvals(&v[..nc], &kflags);
+        vals.extend(bvals(&v[nc..nc + ncar], &vec![true; ncar]));
+        vals.extend(bvals(&v[nc + ncar..], &xflags));
+        all_batched(batch_jaxpr(j, &[], vals, b)?, b)
+    })?;
+    let mut operands: Vec<Operand> = body.consts.iter().map(arr).collect();
+    operands.extend(consts.iter().map(|v| arr(&v.x)));
+    operands.extend(init.iter().map(arr));
+    operands.extend(xs_scan.iter().map(arr));
+    let p = Primitive::Scan {
+        jaxpr: Box::new(crate::lax::control::close(&body.jaxpr)),
+        length,
+        reverse,
+        unroll,
+        num_consts: body.consts.len() + nc,
+        num_carry: ncar,
+    };
+    let outs = bind(p, operands, Location::caller())?;
+    outs.into_iter()
+        .enumerate()
+        .map(|(i, x)| Ok(BVal { x: if i < ncar { x } else { move_axis(&x, 1, 0)? }, batched: true }))
+        .collect()
 }
 
 /// Evaluates `j` with batched inputs (batch dim first) of batch size `b`.
