@@ -14,8 +14,8 @@ use jupyter_protocol::{
     ReplyStatus, ShutdownReply,
 };
 
-/// What the shell handlers share: the session, the iopub publisher, the execution counter
-/// and the way to ask the kernel to exit.
+/// What the shell handlers share: the session, the iopub publisher and the execution
+/// counter.
 pub struct Shell<B> {
     /// The session's owner thread.
     pub worker: Worker<B>,
@@ -23,22 +23,23 @@ pub struct Shell<B> {
     pub publish: Publisher,
     /// The execution counter.
     pub counter: Counter,
-    /// Asks the kernel to shut down (after the reply has been sent).
-    pub shutdown: tokio::sync::mpsc::UnboundedSender<()>,
 }
 
 /// The result of handling one shell message.
+#[derive(Default)]
 pub struct Handled {
     /// The reply to send on shell, if the message is a request.
     pub reply: Option<JupyterMessage>,
     /// Whether an execute request failed (for `stop_on_error`).
     pub failed_execute: bool,
+    /// Whether the kernel should exit once the reply is sent.
+    pub exit: bool,
 }
 
 impl<B: Backend + 'static> Shell<B> {
     /// Handles one shell message, publishing iopub side effects, and returns its reply.
     pub async fn handle(&mut self, msg: &JupyterMessage) -> Handled {
-        let mut failed_execute = false;
+        let (mut failed_execute, mut exit) = (false, false);
         let reply = match &msg.content {
             C::KernelInfoRequest(_) => Some(kernel_info().as_child_of(msg)),
             C::ExecuteRequest(req) => {
@@ -70,14 +71,14 @@ impl<B: Backend + 'static> Shell<B> {
             }
             C::ShutdownRequest(req) => {
                 // Older clients send it on shell rather than control.
-                let _ = self.shutdown.send(());
+                exit = true;
                 Some(ShutdownReply { restart: req.restart, status: ReplyStatus::Ok, error: None }.as_child_of(msg))
             }
             // Messages that are not requests need no reply.
             C::CommMsg(_) | C::CommClose(_) | C::InputReply(_) => None,
             _ => unknown_request(msg),
         };
-        Handled { reply, failed_execute }
+        Handled { reply, failed_execute, exit }
     }
 
     async fn complete(&self, req: &CompleteRequest) -> CompleteReply {

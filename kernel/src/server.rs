@@ -78,13 +78,13 @@ where
     let worker = Worker::spawn(start);
     let (publish, outbox) = unbounded_channel();
     let (shutdown_tx, mut shutdown_rx) = unbounded_channel::<()>();
-    let shell_state = Shell { worker: worker.clone(), publish, counter: Counter::default(), shutdown: shutdown_tx.clone() };
+    let shell_state = Shell { worker: worker.clone(), publish, counter: Counter::default() };
 
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(heartbeat(hb));
     tasks.spawn(iopub_owner(iopub_socket, outbox));
     tasks.spawn(control_loop(control, worker.clone(), shutdown_tx.clone()));
-    tasks.spawn(shell_loop(shell, shell_state));
+    tasks.spawn(shell_loop(shell, shell_state, shutdown_tx.clone()));
     tokio::spawn(signals(worker.clone(), shutdown_tx.clone()));
     tokio::spawn(watch_parent(shutdown_tx));
 
@@ -184,7 +184,11 @@ async fn control_loop<B: Backend + 'static>(
 }
 
 /// The shell channel: one message at a time, bracketed by busy and idle.
-async fn shell_loop<B: Backend + 'static>(mut shell: KernelShellConnection, mut state: Shell<B>) {
+async fn shell_loop<B: Backend + 'static>(
+    mut shell: KernelShellConnection,
+    mut state: Shell<B>,
+    shutdown: UnboundedSender<()>,
+) {
     let mut queued: VecDeque<JupyterMessage> = VecDeque::new();
     loop {
         let msg = match queued.pop_front() {
@@ -214,9 +218,14 @@ async fn shell_loop<B: Backend + 'static>(mut shell: KernelShellConnection, mut 
                 eprintln!("jaxrepl-kernel: shell send failed: {e}");
             }
         }
-        let _ = state.publish.send(iopub(Status::idle(), &msg));
+        // Before idle: a client that waits for idle before its next request (nbclient,
+        // consoles) cannot have sent one yet, so only pipelined requests are aborted.
         if handled.failed_execute && stops_on_error(&msg) {
             abort_queued(&mut shell, &state.publish, &mut queued).await;
+        }
+        let _ = state.publish.send(iopub(Status::idle(), &msg));
+        if handled.exit {
+            let _ = shutdown.send(());
         }
     }
 }
@@ -225,11 +234,11 @@ fn stops_on_error(msg: &JupyterMessage) -> bool {
     matches!(&msg.content, C::ExecuteRequest(req) if req.stop_on_error)
 }
 
-/// After a failed cell with `stop_on_error`, answers the execute requests that had
-/// already arrived with `aborted` (as ipykernel does); other requests that had arrived
-/// are kept, in order, for normal handling.
+/// After a failed cell with `stop_on_error`, answers the execute requests that have
+/// already arrived with `aborted` (as ipykernel does); other requests that have arrived
+/// are kept, in order, for normal handling. Nothing is waited for.
 async fn abort_queued(shell: &mut KernelShellConnection, publish: &Publisher, queued: &mut VecDeque<JupyterMessage>) {
-    while let Ok(incoming) = tokio::time::timeout(Duration::ZERO, read_request(shell)).await {
+    while let Some(incoming) = poll_once(read_request(shell)) {
         match incoming {
             Incoming::Message(m) if matches!(m.content, C::ExecuteRequest(_)) => {
                 let _ = publish.send(iopub(Status::busy(), &m));
@@ -244,6 +253,16 @@ async fn abort_queued(shell: &mut KernelShellConnection, publish: &Publisher, qu
             Incoming::Dropped(_) => {}
             Incoming::Closed(_) => break,
         }
+    }
+}
+
+/// The value of `future` if it is ready at its first poll (the future is then dropped).
+fn poll_once<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(value) => Some(value),
+        std::task::Poll::Pending => None,
     }
 }
 
