@@ -4,14 +4,15 @@ pub use crate::config;
 pub use crate::debug;
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::interactive::{EvcxrDisplay, Text, TextRepr};
-pub use crate::ir::{ClosedJaxpr, DType, ShapeDtypeStruct, ShapedArray};
+pub use crate::ir::{ClosedJaxpr, DType, RematPolicy, ShapeDtypeStruct, ShapedArray};
 pub use crate::lax;
 pub use crate::magic::{block_until_ready, effects_barrier, BlockUntilReady};
 pub use crate::numpy as jnp;
 pub use crate::trace::pytree::Static;
 pub use crate::trace::Array;
 pub use crate::transform::{
-    grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp, vmap,
+    checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient,
+    value_and_grad, value_and_grad_with_aux, vjp, vmap,
     vmap_axes, Compiled,
     Jitted, Lowered, Traced,
 };

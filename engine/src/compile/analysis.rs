@@ -74,6 +74,19 @@ fn body_cost(j: &Jaxpr) -> CostAnalysis {
                 c.flops += inner.flops;
                 c.transcendentals += inner.transcendentals;
             }
+            // Loops count their body once per known trip (while: once, as XLA does);
+            // a cond counts its most expensive branch.
+            Scan { jaxpr, length, .. } => {
+                let inner = body_cost(jaxpr);
+                c.flops += inner.flops * *length as f64;
+                c.transcendentals += inner.transcendentals * *length as f64;
+            }
+            p if !p.sub_jaxprs().is_empty() => {
+                let costs: Vec<_> = p.sub_jaxprs().into_iter().map(body_cost).collect();
+                let pick = |f: fn(&CostAnalysis) -> f64| costs.iter().map(f).fold(0.0, f64::max);
+                c.flops += pick(|x| x.flops);
+                c.transcendentals += pick(|x| x.transcendentals);
+            }
             _ => {}
         }
     }

@@ -53,6 +53,35 @@ pub struct SourceInfo {
 /// Identifier of a host callback registered with the runtime (`debug::print`, ...).
 pub type CallbackId = u64;
 
+/// Identifier of a user differentiation rule (`custom_jvp`, `custom_vjp`).
+pub type RuleId = u64;
+
+/// What `checkpoint` may save for the backward pass instead of recomputing it
+/// (`jax.checkpoint_policies`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RematPolicy {
+    /// Recompute everything (the default).
+    NothingSaveable,
+    /// Save everything (no recomputation).
+    EverythingSaveable,
+    /// Save the results of matrix products (`dot_general`).
+    DotsSaveable,
+    /// Save the results of matrix products without batch dimensions.
+    DotsWithNoBatchDimsSaveable,
+}
+
+impl RematPolicy {
+    /// JAX's printed name (`None` for the default).
+    pub fn name(self) -> &'static str {
+        match self {
+            RematPolicy::NothingSaveable => "None",
+            RematPolicy::EverythingSaveable => "everything_saveable",
+            RematPolicy::DotsSaveable => "dots_saveable",
+            RematPolicy::DotsWithNoBatchDimsSaveable => "dots_with_no_batch_dims_saveable",
+        }
+    }
+}
+
 /// The primitive set. Each variant carries its params; `name()` is JAX's name.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Primitive {
@@ -139,6 +168,13 @@ pub enum Primitive {
     While { cond_jaxpr: Box<Jaxpr>, body_jaxpr: Box<Jaxpr>, cond_nconsts: usize, body_nconsts: usize },
     /// `scan[...] *consts *init *xs` → `*carry *ys`: a loop over the leading axis of `xs`
     Scan { jaxpr: Box<Jaxpr>, length: usize, reverse: bool, unroll: usize, num_consts: usize, num_carry: usize },
+    // -- calls with custom differentiation: the body is inlined when compiled --
+    /// `custom_jvp_call`: `call_jaxpr` whose JVP is the user's rule `rule`
+    CustomJvpCall { name: String, call_jaxpr: Box<Jaxpr>, rule: RuleId, num_consts: usize },
+    /// `custom_vjp_call`: `call_jaxpr` whose VJP is the user's `fwd`/`bwd` pair `rule`
+    CustomVjpCall { name: String, call_jaxpr: Box<Jaxpr>, rule: RuleId, num_consts: usize },
+    /// `checkpoint`: `jaxpr` whose intermediates are recomputed for the backward pass
+    Checkpoint { jaxpr: Box<Jaxpr>, policy: RematPolicy },
     // -- effects and nesting --
     /// host callback with the operands (no outputs): `debug::print`
     DebugCallback { callback: CallbackId, fmt: String },
@@ -271,6 +307,9 @@ impl Primitive {
             Cond { .. } => "cond",
             While { .. } => "while",
             Scan { .. } => "scan",
+            CustomJvpCall { .. } => "custom_jvp_call",
+            CustomVjpCall { .. } => "custom_vjp_call",
+            Checkpoint { .. } => "checkpoint",
             DebugCallback { .. } => "debug_callback",
             Pjit { .. } => "jit",
             // -- issue 3 array ops --
@@ -333,6 +372,8 @@ impl Primitive {
             Primitive::Cond { branches } => branches.iter().collect(),
             Primitive::While { cond_jaxpr, body_jaxpr, .. } => vec![body_jaxpr, cond_jaxpr],
             Primitive::Scan { jaxpr, .. } => vec![jaxpr],
+            Primitive::CustomJvpCall { call_jaxpr, .. } | Primitive::CustomVjpCall { call_jaxpr, .. } => vec![call_jaxpr],
+            Primitive::Checkpoint { jaxpr, .. } => vec![jaxpr],
             Primitive::Pjit { jaxpr, .. } => vec![&jaxpr.jaxpr],
             _ => vec![],
         }
@@ -342,6 +383,16 @@ impl Primitive {
     /// `lower::array_ops` (`sort`, `top_k`, `split`).
     pub fn is_multi_output_array_op(&self) -> bool {
         matches!(self, Primitive::Sort { .. } | Primitive::TopK { .. } | Primitive::Split { .. })
+    }
+
+    /// The inlinable body of a call-like primitive (custom rules, checkpoint), which
+    /// takes the equation's operands and gives its outputs.
+    pub fn call_body(&self) -> Option<&Jaxpr> {
+        match self {
+            Primitive::CustomJvpCall { call_jaxpr, .. } | Primitive::CustomVjpCall { call_jaxpr, .. } => Some(call_jaxpr),
+            Primitive::Checkpoint { jaxpr, .. } => Some(jaxpr),
+            _ => None,
+        }
     }
 
     /// Elementwise primitives with one operand.

@@ -11,5 +11,5 @@ pub mod pretty_ops;
 pub use array_ops::{ConvDims, CumOp, GatherDims, GatherMode, ScatterDims, ScatterOp, WindowOp};
 pub use aval::{ShapeDtypeStruct, ShapedArray};
 pub use dtype::{DType, Scalar};
-pub use jaxpr::{Atom, CallbackId, ClosedJaxpr, Eqn, Jaxpr, Literal, Primitive, SourceInfo, Var};
+pub use jaxpr::{Atom, CallbackId, RematPolicy, RuleId, ClosedJaxpr, Eqn, Jaxpr, Literal, Primitive, SourceInfo, Var};
 pub use pretty::print_jaxpr;

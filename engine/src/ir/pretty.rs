@@ -136,6 +136,22 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("body_nconsts".into(), body_nconsts.to_string()),
             ("cond_nconsts".into(), cond_nconsts.to_string()),
         ],
+        CustomJvpCall { name, rule, num_consts, .. } => vec![
+            ("jvp_jaxpr_fun".into(), format!("<rule {rule} of {name}>")),
+            ("num_consts".into(), num_consts.to_string()),
+            ("symbolic_zeros".into(), "False".into()),
+        ],
+        CustomVjpCall { name, rule, num_consts, .. } => vec![
+            ("bwd".into(), format!("<bwd {rule} of {name}>")),
+            ("fwd_jaxpr_thunk".into(), format!("<fwd {rule} of {name}>")),
+            ("num_consts".into(), num_consts.to_string()),
+            ("symbolic_zeros".into(), "False".into()),
+        ],
+        Checkpoint { policy, .. } => vec![
+            ("differentiated".into(), "False".into()),
+            ("policy".into(), policy.name().into()),
+            ("prevent_cse".into(), "True".into()),
+        ],
         Scan { length, reverse, unroll, .. } => vec![
             ("length".into(), length.to_string()),
             ("reverse".into(), if *reverse { "True" } else { "False" }.into()),
@@ -237,6 +253,10 @@ impl Printer {
                     let c = render(self, cond_jaxpr, indent + 2);
                     ps.push(("body_jaxpr".into(), b));
                     ps.push(("cond_jaxpr".into(), c));
+                }
+                Primitive::CustomJvpCall { .. } | Primitive::CustomVjpCall { .. } => {
+                    let t = render(self, subs[0], indent + 2);
+                    ps.push(("call_jaxpr".into(), t));
                 }
                 _ => {
                     let t = render(self, subs[0], indent + 2);

@@ -155,6 +155,13 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             Ok(vec![ShapedArray { shape, dtype, weak_type: l.weak_type && r.weak_type }])
         }
         Cond { .. } | While { .. } | Scan { .. } => super::control::abstract_eval(p, ins),
+        CustomJvpCall { call_jaxpr: j, .. } | CustomVjpCall { call_jaxpr: j, .. } | Checkpoint { jaxpr: j, .. } => {
+            let want = j.in_avals();
+            if want.len() != ins.len() || want.iter().zip(ins).any(|(w, i)| w.shape != i.shape || w.dtype != i.dtype) {
+                return Err(err(p, format!("called with {} but traced for {}", types(ins), types(&want))));
+            }
+            Ok(j.out_avals().into_iter().map(|a| a.strong()).collect())
+        }
         StopGradient => {
             arity(1)?;
             Ok(vec![ins[0].clone()])

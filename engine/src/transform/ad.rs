@@ -68,6 +68,13 @@ pub fn jvp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], tangents: &[Opt
                 Atom::Lit(_) => Ok(None),
             })
             .collect::<Result<_>>()?;
+        if let Some((outs, touts)) = custom_jvp_eqn(&e.primitive, &ins, &ts)? {
+            for ((v, o), dt) in e.outputs.iter().zip(outs).zip(touts) {
+                p.set(v, o);
+                t.set(v, dt);
+            }
+            continue;
+        }
         if !e.primitive.sub_jaxprs().is_empty() {
             let (outs, touts) = super::control_ad::control_jvp(&e.primitive, &ins, &ts)?;
             for ((v, o), dt) in e.outputs.iter().zip(outs).zip(touts) {
@@ -98,6 +105,27 @@ pub fn jvp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], tangents: &[Opt
 /// Evaluates `j` and returns its outputs and the cotangents of its inputs for the
 /// output cotangents `cts` (None = zero).
 pub fn vjp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], cts: &[Option<Array>]) -> Result<(Vec<Array>, Vec<Option<Array>>)> {
+    vjp_jaxpr_known(j, consts, primals, cts, &std::collections::HashMap::new())
+}
+
+/// What the forward pass of `vjp_jaxpr` keeps for one equation besides its values.
+enum Extra {
+    None,
+    /// `custom_vjp` residuals from the user's `fwd`.
+    Residuals(Vec<Array>),
+    /// Values a `checkpoint` policy saved (by variable id of its body).
+    Known(std::collections::HashMap<u32, Array>),
+}
+
+/// `vjp_jaxpr` where the equations whose outputs are all in `known` are not
+/// re-evaluated (a checkpoint's saved values).
+pub fn vjp_jaxpr_known(
+    j: &Jaxpr,
+    consts: &[Array],
+    primals: &[Array],
+    cts: &[Option<Array>],
+    known: &std::collections::HashMap<u32, Array>,
+) -> Result<(Vec<Array>, Vec<Option<Array>>)> {
     let loc = Location::caller();
     let mut p: Env<Array> = Env::new();
     for (v, c) in j.constvars.iter().zip(consts) {
@@ -107,14 +135,33 @@ pub fn vjp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], cts: &[Option<A
         p.set(v, x.clone());
     }
     let mut saved: Vec<(Vec<Array>, Vec<Array>)> = Vec::with_capacity(j.eqns.len());
+    let mut extras: Vec<Extra> = Vec::with_capacity(j.eqns.len());
     for e in &j.eqns {
         let ins = e.inputs.iter().map(|a| atom_array(&p, a)).collect::<Result<Vec<_>>>()?;
         let ops = e.inputs.iter().map(|a| super::interp::operand(&p, a)).collect::<Result<Vec<Operand>>>()?;
-        let outs = bind(e.primitive.clone(), ops, loc)?;
+        let (outs, extra) = if !e.outputs.is_empty() && e.outputs.iter().all(|o| known.contains_key(&o.id)) {
+            (e.outputs.iter().map(|o| known[&o.id].clone()).collect(), Extra::None)
+        } else {
+            match &e.primitive {
+                Primitive::CustomVjpCall { rule, num_consts, .. } => match super::custom::rule(*rule)? {
+                    super::custom::Rule::Vjp(fwd, _) => {
+                        let (o, r) = fwd(&ins[*num_consts..])?;
+                        (o, Extra::Residuals(r))
+                    }
+                    _ => return Err(Error::runtime("internal: custom_vjp_call with a JVP rule")),
+                },
+                Primitive::Checkpoint { jaxpr, policy } if *policy != crate::ir::RematPolicy::NothingSaveable => {
+                    let (o, saved_vals) = eval_saving(jaxpr, &ins, *policy)?;
+                    (o, Extra::Known(saved_vals))
+                }
+                _ => (bind(e.primitive.clone(), ops, loc)?, Extra::None),
+            }
+        };
         for (v, o) in e.outputs.iter().zip(&outs) {
             p.set(v, o.clone());
         }
         saved.push((ins, outs));
+        extras.push(extra);
     }
     let outs = j.outvars.iter().map(|a| atom_array(&p, a)).collect::<Result<Vec<_>>>()?;
     let mut ct: std::collections::HashMap<u32, Array> = std::collections::HashMap::new();
@@ -131,8 +178,14 @@ pub fn vjp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], cts: &[Option<A
             accum(&mut ct, v.id, fit(c.clone(), &v.aval)?)?;
         }
     }
-    for (e, (ins, outs)) in j.eqns.iter().zip(&saved).rev() {
-        let in_cts = if !e.primitive.sub_jaxprs().is_empty() {
+    for ((e, (ins, outs)), extra) in j.eqns.iter().zip(&saved).zip(&extras).rev() {
+        let in_cts = if e.primitive.call_body().is_some() {
+            let cts: Vec<Option<Array>> = e.outputs.iter().map(|o| ct.remove(&o.id)).collect();
+            if cts.iter().all(|c| c.is_none()) {
+                continue;
+            }
+            custom_vjp_eqn(&e.primitive, ins, outs, &cts, extra)?
+        } else if !e.primitive.sub_jaxprs().is_empty() {
             let cts: Vec<Option<Array>> = e.outputs.iter().map(|o| ct.remove(&o.id)).collect();
             if cts.iter().all(|c| c.is_none()) {
                 continue;
@@ -253,7 +306,7 @@ fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Fl
 /// `jax.grad(f)`: a function returning the gradient of the scalar-valued `f` with
 /// respect to its whole argument (a pytree; `Static` parts are passed through).
 /// Errors: non-scalar or non-float output, integer inputs, missing rules.
-pub fn grad<A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'static) -> impl Fn(A) -> Result<A> + 'static {
+pub fn grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'a) -> impl Fn(A) -> Result<A> + 'a {
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
@@ -263,9 +316,9 @@ pub fn grad<A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'static
 }
 
 /// `jax.value_and_grad(f)`: `(f(x), grad(f)(x))` in one pass.
-pub fn value_and_grad<A: Pytree, O: TraceOutput<Out = Array>>(
-    f: impl Fn(A) -> O + 'static,
-) -> impl Fn(A) -> Result<(Array, A)> + 'static {
+pub fn value_and_grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(
+    f: impl Fn(A) -> O + 'a,
+) -> impl Fn(A) -> Result<(Array, A)> + 'a {
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
@@ -276,9 +329,9 @@ pub fn value_and_grad<A: Pytree, O: TraceOutput<Out = Array>>(
 
 /// `jax.value_and_grad(f, has_aux=True)`: `f` returns `(value, aux)`; the result is
 /// `((value, aux), grad)`.
-pub fn value_and_grad_with_aux<A: Pytree, X: Pytree, O: TraceOutput<Out = (Array, X)>>(
-    f: impl Fn(A) -> O + 'static,
-) -> impl Fn(A) -> Result<((Array, X), A)> + 'static {
+pub fn value_and_grad_with_aux<'a, A: Pytree, X: Pytree, O: TraceOutput<Out = (Array, X)>>(
+    f: impl Fn(A) -> O + 'a,
+) -> impl Fn(A) -> Result<((Array, X), A)> + 'a {
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
@@ -400,4 +453,113 @@ pub fn hessian<O: TraceOutput<Out = Array>>(f: impl Fn(Array) -> O + Clone + 'st
     let g = jacrev(f);
     let g = std::rc::Rc::new(g);
     jacfwd(move |x: Array| (g.clone())(x))
+}
+
+/// Evaluates a checkpoint body, keeping the values its policy saves.
+fn eval_saving(j: &Jaxpr, args: &[Array], policy: crate::ir::RematPolicy) -> Result<(Vec<Array>, std::collections::HashMap<u32, Array>)> {
+    let loc = Location::caller();
+    let mut env: Env<Array> = Env::new();
+    for (v, a) in j.invars.iter().zip(args) {
+        env.set(v, a.clone());
+    }
+    let mut keep = std::collections::HashMap::new();
+    for e in &j.eqns {
+        let ops = e.inputs.iter().map(|a| super::interp::operand(&env, a)).collect::<Result<Vec<Operand>>>()?;
+        let outs = bind(e.primitive.clone(), ops, loc)?;
+        let save = super::custom::saveable(policy, e);
+        for (v, o) in e.outputs.iter().zip(outs) {
+            if save {
+                keep.insert(v.id, o.clone());
+            }
+            env.set(v, o);
+        }
+    }
+    let outs = j.outvars.iter().map(|a| atom_array(&env, a)).collect::<Result<Vec<_>>>()?;
+    Ok((outs, keep))
+}
+
+fn zeros_of(a: &ShapedArray) -> Result<Array> {
+    lax::bind1(
+        Primitive::BroadcastInDim { shape: a.shape.clone(), broadcast_dimensions: vec![] },
+        vec![Operand::Lit(Scalar::F64(0.0).cast(a.dtype), ShapedArray::new(&[], a.dtype))],
+    )
+}
+
+/// JVP of the call-like primitives (custom rules, checkpoint); `None` for others.
+fn custom_jvp_eqn(p: &Primitive, ins: &[Array], ts: &[Option<Array>]) -> Result<Option<(Vec<Array>, Vec<Option<Array>>)>> {
+    match p {
+        Primitive::CustomJvpCall { rule, num_consts, .. } => {
+            let r = match super::custom::rule(*rule)? {
+                super::custom::Rule::Jvp(r) => r,
+                _ => return Err(Error::runtime("internal: custom_jvp_call with a VJP rule")),
+            };
+            let args = &ins[*num_consts..];
+            let tin = args
+                .iter()
+                .zip(&ts[*num_consts..])
+                .map(|(a, t)| t.clone().map(Ok).unwrap_or_else(|| zeros_of(&a.aval().strong())))
+                .collect::<Result<Vec<_>>>()?;
+            let (o, to) = r(args, &tin)?;
+            let to = to.into_iter().zip(&o).map(|(t, x)| fit(t, &x.aval().strong()).map(Some)).collect::<Result<Vec<_>>>()?;
+            Ok(Some((o, to)))
+        }
+        Primitive::CustomVjpCall { .. } => Err(Error::type_error(
+            "can't apply forward-mode autodiff (jvp) to a custom_vjp function.",
+        )),
+        Primitive::Checkpoint { jaxpr, .. } => Ok(Some(jvp_jaxpr(jaxpr, &[], ins, ts)?)),
+        _ => Ok(None),
+    }
+}
+
+/// VJP of the call-like primitives: the user's `bwd`, the transposed user JVP, or the
+/// checkpoint body recomputed now (with its policy's saved values).
+fn custom_vjp_eqn(p: &Primitive, ins: &[Array], outs: &[Array], cts: &[Option<Array>], extra: &Extra) -> Result<Vec<Option<Array>>> {
+    let cts_inst = cts
+        .iter()
+        .zip(outs)
+        .map(|(c, o)| c.clone().map(Ok).unwrap_or_else(|| zeros_of(&o.aval().strong())))
+        .collect::<Result<Vec<_>>>()?;
+    match p {
+        Primitive::CustomVjpCall { rule, num_consts, .. } => {
+            let bwd = match super::custom::rule(*rule)? {
+                super::custom::Rule::Vjp(_, b) => b,
+                _ => return Err(Error::runtime("internal: custom_vjp_call with a JVP rule")),
+            };
+            let res = match extra {
+                Extra::Residuals(r) => r.clone(),
+                _ => return Err(Error::runtime("internal: custom_vjp residuals missing")),
+            };
+            let g = bwd(&res, &cts_inst)?;
+            let mut out = vec![None; *num_consts];
+            for (x, c) in ins[*num_consts..].iter().zip(g) {
+                out.push(Some(fit(c, &x.aval().strong())?));
+            }
+            Ok(out)
+        }
+        Primitive::CustomJvpCall { rule, num_consts, .. } => {
+            let r = match super::custom::rule(*rule)? {
+                super::custom::Rule::Jvp(r) => r,
+                _ => return Err(Error::runtime("internal: custom_jvp_call with a VJP rule")),
+            };
+            let args = ins[*num_consts..].to_vec();
+            let avals: Vec<ShapedArray> = args.iter().map(|a| a.aval().strong()).collect();
+            // The rule is linear in the tangents: its VJP in the tangents is the transpose.
+            let lin = super::interp::trace_to_jaxpr("custom_jvp transpose", &avals, |t| Ok(r(&args, &t)?.1))?;
+            let zeros = avals.iter().map(zeros_of).collect::<Result<Vec<_>>>()?;
+            let cts_some: Vec<Option<Array>> = cts_inst.into_iter().map(Some).collect();
+            let (_, g) = vjp_jaxpr(&lin.jaxpr, &lin.consts, &zeros, &cts_some)?;
+            let mut out = vec![None; *num_consts];
+            out.extend(g);
+            Ok(out)
+        }
+        Primitive::Checkpoint { jaxpr, .. } => {
+            let known = match extra {
+                Extra::Known(k) => k.clone(),
+                _ => std::collections::HashMap::new(),
+            };
+            let cts_some: Vec<Option<Array>> = cts_inst.into_iter().map(Some).collect();
+            Ok(vjp_jaxpr_known(jaxpr, &[], ins, &cts_some, &known)?.1)
+        }
+        _ => Err(Error::runtime(format!("internal: {} is not a call", p.name()))),
+    }
 }

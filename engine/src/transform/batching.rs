@@ -136,6 +136,9 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
             bind(p.clone(), ins.iter().map(|v| arr(&v.x)).collect(), loc)?;
             Ok(vec![])
         }
+        // Call-like primitives are batched by batching their body inline (under vmap
+        // the custom rule is not kept; differentiate before vmapping to use it).
+        p if p.call_body().is_some() => batch_jaxpr(p.call_body().expect("body"), &[], ins.to_vec(), b),
         Cond { branches } => batch_cond(branches, ins, b),
         While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => {
             batch_while(cond_jaxpr, body_jaxpr, *cond_nconsts, *body_nconsts, ins, b)
@@ -371,11 +374,11 @@ fn batch_jaxpr(j: &Jaxpr, consts: &[Array], args: Vec<BVal>, b: usize) -> Result
 /// leaf (`None`: not mapped; an empty slice maps axis 0 of every leaf) and puts the
 /// mapped axis of every output at `out_axis`.
 /// Errors: inconsistent mapped sizes, axes out of range, missing batching rules.
-pub fn vmap_axes<A: Pytree, O: TraceOutput>(
-    f: impl Fn(A) -> O + 'static,
+pub fn vmap_axes<'a, A: Pytree, O: TraceOutput>(
+    f: impl Fn(A) -> O + 'a,
     in_axes: Vec<Option<usize>>,
     out_axis: usize,
-) -> impl Fn(A) -> Result<O::Out> + 'static {
+) -> impl Fn(A) -> Result<O::Out> + 'a {
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
@@ -462,6 +465,6 @@ pub fn vmap_axes<A: Pytree, O: TraceOutput>(
 
 /// `jax.vmap(f)`: maps `f` over axis 0 of every argument leaf; outputs are stacked on
 /// axis 0.
-pub fn vmap<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O + 'static) -> impl Fn(A) -> Result<O::Out> + 'static {
+pub fn vmap<'a, A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O + 'a) -> impl Fn(A) -> Result<O::Out> + 'a {
     vmap_axes(f, vec![], 0)
 }

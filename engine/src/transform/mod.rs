@@ -13,7 +13,9 @@ pub mod ad;
 pub mod ad_rules;
 pub mod interp;
 
+pub use custom::{checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp};
 pub use ad::{grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp};
 pub mod batching;
 pub use batching::{vmap, vmap_axes};
 pub mod control_ad;
+pub mod custom;

@@ -80,6 +80,19 @@ pub fn canonicalize(j: &Jaxpr) -> Jaxpr {
                 num_consts: *num_consts,
                 num_carry: *num_carry,
             },
+            Primitive::CustomJvpCall { name, call_jaxpr, rule, num_consts } => Primitive::CustomJvpCall {
+                name: name.clone(),
+                call_jaxpr: Box::new(canonicalize(call_jaxpr)),
+                rule: *rule,
+                num_consts: *num_consts,
+            },
+            Primitive::CustomVjpCall { name, call_jaxpr, rule, num_consts } => Primitive::CustomVjpCall {
+                name: name.clone(),
+                call_jaxpr: Box::new(canonicalize(call_jaxpr)),
+                rule: *rule,
+                num_consts: *num_consts,
+            },
+            Primitive::Checkpoint { jaxpr, policy } => Primitive::Checkpoint { jaxpr: Box::new(canonicalize(jaxpr)), policy: *policy },
             p => p.clone(),
         };
         let elementwise = e.primitive.is_binary_elementwise() || e.primitive == Primitive::SelectN;
