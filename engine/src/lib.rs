@@ -12,6 +12,7 @@ pub mod ir;
 pub mod lax;
 pub mod lower;
 pub mod magic;
+pub mod nn;
 pub mod numpy;
 pub mod prelude;
 pub mod runtime;

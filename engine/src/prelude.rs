@@ -7,7 +7,10 @@ pub use crate::interactive::{EvcxrDisplay, Text, TextRepr};
 pub use crate::ir::{ClosedJaxpr, DType, RematPolicy, ShapeDtypeStruct, ShapedArray};
 pub use crate::lax;
 pub use crate::magic::{block_until_ready, effects_barrier, BlockUntilReady};
+pub use crate::nn;
 pub use crate::numpy as jnp;
+pub use crate::numpy::indexing::{ELLIPSIS, NEW_AXIS};
+pub use crate::s;
 pub use crate::trace::pytree::Static;
 pub use crate::trace::Array;
 pub use crate::transform::{

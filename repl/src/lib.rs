@@ -9,3 +9,5 @@ pub mod session;
 pub use session::{
     Completeness, Completions, ExecStatus, InterruptHandle, Output, Session, SessionOptions,
 };
+
+pub mod front;

@@ -2,10 +2,12 @@
 //! broadcasting used by `jnp`. Every function returns `Result`; the user's line comes
 //! from `#[track_caller]`.
 
+pub mod array_ops;
 pub mod control;
 pub mod shape;
 pub mod shape_ops;
 
+pub use array_ops::*;
 pub use control::{cond, fori_loop, fori_loop_dynamic, map, scan, switch, while_loop};
 
 use crate::error::{Error, Result};

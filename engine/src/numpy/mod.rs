@@ -2,7 +2,19 @@
 //! and promotion, reductions, shape ops and matmul. Named functions return `Result`;
 //! methods on `Array` and operators (`ops.rs`) are the readable spelling for cells.
 
+pub mod einsum;
+pub mod elementwise;
+pub mod indexing;
+pub mod manip;
 pub mod ops;
+pub mod reductions;
+
+pub use einsum::einsum;
+pub use elementwise::remainder as mod_;
+pub use elementwise::*;
+pub use indexing::{index, At, Index, IndexItem, ELLIPSIS, NEW_AXIS};
+pub use manip::*;
+pub use reductions::*;
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Primitive, Scalar, ShapedArray};

@@ -165,10 +165,16 @@ impl Array {
     unary_methods!(sin => Sin, cos => Cos, exp => Exp, log => Log, tanh => Tanh, sqrt => Sqrt, abs => Abs);
     cmp_methods!(lt => Lt, le => Le, gt => Gt, ge => Ge, eq => Eq, ne => Ne, maximum => Max, minimum => Min);
 
-    /// Elementwise power `x ** y`.
+    /// Elementwise power `x ** y`; a Rust integer `y` binds `integer_pow[y=..]`.
     #[track_caller]
     pub fn pow(&self, rhs: impl Rhs) -> Array {
-        ok_or_fail(lax::binary(Primitive::Pow, Operand::Array(self.clone()), rhs.operand()), self)
+        // An integer exponent is `integer_pow[y=..]`, as JAX traces `x ** 2`.
+        match rhs.operand() {
+            Operand::Lit(v, a) if a.dtype.is_int() && v.as_i64().unsigned_abs() <= i32::MAX as u64 => {
+                ok_or_fail(lax::integer_pow(self, v.as_i64() as i32), self)
+            }
+            o => ok_or_fail(lax::binary(Primitive::Pow, Operand::Array(self.clone()), o), self),
+        }
     }
     /// Sum of all elements (0-d result).
     #[track_caller]

@@ -55,7 +55,7 @@ pub const PANIC_HOOK: &str = r#"std::panic::set_hook(Box::new(|info: &std::panic
         String::from("Box<dyn Any>")
     };
     let location = info.location().map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column())).unwrap_or_default();
-    let thread = std::thread::current().name().unwrap_or("<unnamed>").to_string();
+    let thread = std::thread::current().name().unwrap_or("").to_string();
     let mut out = std::io::stdout().lock();
     let _ = write!(out, "EVCXR_BEGIN_CONTENT MIME\n{{\"message\":{},\"location\":{},\"thread\":{}}}\nEVCXR_END_CONTENT\n",
         jaxrepl_json(&message), jaxrepl_json(&location), jaxrepl_json(&thread));
@@ -125,6 +125,9 @@ pub(crate) struct Shared {
     pub child: Mutex<Option<Arc<Mutex<Child>>>>,
     /// Whether an execute is in progress.
     pub executing: AtomicBool,
+    /// Whether the child is evaluating the user's cell (not start-up or prelude code):
+    /// only then is it sent signals.
+    pub in_cell: AtomicBool,
     /// When an interrupt was requested during the current execute.
     pub interrupt_at: Mutex<Option<Instant>>,
 }
@@ -161,8 +164,9 @@ pub struct InterruptHandle {
 impl InterruptHandle {
     /// Asks the running cell to stop: sends SIGUSR2 to the evaluation child, where the
     /// engine turns it into an `Interrupted` error. If the cell is still running 2 s later,
-    /// the session kills the child, restarts it and reports the lost variables. Does
-    /// nothing when no cell is running.
+    /// the session kills the child, restarts it and reports the lost variables. While an
+    /// execute still waits for the session to start, it returns `Interrupted` at once
+    /// (start-up goes on). Does nothing when no execute is in progress.
     pub fn interrupt(&self) {
         if !self.shared.executing.load(Ordering::SeqCst) {
             return;
@@ -173,6 +177,8 @@ impl InterruptHandle {
                 *at = Some(Instant::now());
             }
         }
-        self.shared.signal_child(libc::SIGUSR2);
+        if self.shared.in_cell.load(Ordering::SeqCst) {
+            self.shared.signal_child(libc::SIGUSR2);
+        }
     }
 }

@@ -17,6 +17,8 @@ pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 /// Creates the context in `slot` and runs the set-up code; used by the start-up thread and
 /// for restarts.
 pub(super) fn start_child(opts: &SessionOptions, slot: &Slot, shared: &Shared) -> Started {
+    let timing = std::env::var_os("JAXREPL_TIMING").is_some();
+    let t0 = Instant::now();
     let mut ctx = match child::create_context(slot, opts.work_dir.as_deref()) {
         Ok(ctx) => ctx,
         Err(e) => {
@@ -24,7 +26,17 @@ pub(super) fn start_child(opts: &SessionOptions, slot: &Slot, shared: &Shared) -
         }
     };
     *shared.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(ctx.cmd.process_handle());
+    let t1 = Instant::now();
     let notes = run_setup(&mut ctx, opts);
+    if timing {
+        eprintln!(
+            "[timing] slot {}: evaluation context {:.1} s, set-up (prelude: {}) {:.1} s",
+            slot.index(),
+            (t1 - t0).as_secs_f64(),
+            opts.prelude,
+            t1.elapsed().as_secs_f64()
+        );
+    }
     Started { ctx: Ok(ctx), notes }
 }
 
@@ -174,6 +186,8 @@ impl Session {
         };
         let vars_before = self.vars.clone();
         let shared = self.shared.clone();
+        let cell_pid = shared.child_pid();
+        shared.in_cell.store(true, std::sync::atomic::Ordering::SeqCst);
         let result = std::thread::scope(|scope| {
             let cmd = &mut ctx.cmd;
             let worker = scope.spawn(move || catch_unwind(AssertUnwindSafe(|| cmd.execute(code))));
@@ -197,7 +211,12 @@ impl Session {
                     && !killed
                     && at.elapsed() >= INTERRUPT_GRACE
                 {
-                    killed = shared.signal_child(libc::SIGKILL);
+                    // Only the child that ran this cell: after a death evcxr may already
+                    // have started a new one.
+                    if cell_pid.is_some() && shared.child_pid() == cell_pid {
+                        shared.signal_child(libc::SIGKILL);
+                    }
+                    killed = true;
                 }
                 if idle {
                     if let Ok(line) = outs.stdout.recv_timeout(Duration::from_millis(5)) {
@@ -210,6 +229,7 @@ impl Session {
                 _ => Err(()),
             }
         });
+        shared.in_cell.store(false, std::sync::atomic::Ordering::SeqCst);
         // Lines still in flight from the child's stderr: wait for a short quiet period.
         let drain_until = Instant::now() + Duration::from_millis(300);
         while let Ok(line) = ctx.outputs.stdout.try_recv() {

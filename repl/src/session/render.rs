@@ -35,7 +35,13 @@ pub fn split_outputs(
         errors.push(panic_output(&panic, cell, generated));
     }
     if let Some(err) = by_mime.remove(ERROR_MIME) {
-        errors.push(engine_error_output(&err));
+        let mut out = engine_error_output(&err);
+        if let Output::Error { traceback, .. } = &mut out {
+            for line in traceback.iter_mut() {
+                *line = map_locations_in(line, cell, generated);
+            }
+        }
+        errors.push(out);
     }
     if by_mime.is_empty() {
         return (None, errors);
@@ -81,9 +87,13 @@ pub fn panic_output(json: &str, cell: &str, generated: Option<&str>) -> Output {
     let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
     let message = v["message"].as_str().unwrap_or(json).to_string();
     let location = v["location"].as_str().unwrap_or("").to_string();
-    let thread = v["thread"].as_str().unwrap_or("main");
+    let thread = v["thread"].as_str().unwrap_or("");
     let shown = map_location(&location, cell, generated).unwrap_or(location);
-    let mut traceback = vec![format!("thread '{thread}' panicked at {shown}:")];
+    let mut traceback = vec![if thread.is_empty() || thread == "main" {
+        format!("panicked at {shown}:")
+    } else {
+        format!("thread '{thread}' panicked at {shown}:")
+    }];
     traceback.extend(message.lines().map(str::to_string));
     Output::Error {
         ename: "Panic".into(),
@@ -117,6 +127,35 @@ fn map_location(location: &str, cell: &str, generated: Option<&str>) -> Option<S
     Some(format!("cell:{cell_line}:{col}"))
 }
 
+/// Rewrites every `src/lib.rs:LINE:COL` in `text` (the generated crate of a cell) that can
+/// be mapped to `cell:LINE:COL`.
+fn map_locations_in(text: &str, cell: &str, generated: Option<&str>) -> String {
+    const FILE: &str = "src/lib.rs:";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(pos) = rest.find(FILE) {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + FILE.len()..];
+        let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let l_len = digits(after);
+        let col_part = after.get(l_len + 1..).filter(|_| l_len > 0 && after[l_len..].starts_with(':'));
+        let c_len = col_part.map(digits).unwrap_or(0);
+        if c_len > 0 {
+            let whole = &rest[pos..pos + FILE.len() + l_len + 1 + c_len];
+            match map_location(whole, cell, generated) {
+                Some(mapped) => out.push_str(&mapped),
+                None => out.push_str(whole),
+            }
+            rest = &rest[pos + whole.len()..];
+        } else {
+            out.push_str(FILE);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Renders rustc errors in rustc's own shape, with cell line numbers:
 /// ```text
 /// error[E0308]: mismatched types
@@ -141,48 +180,49 @@ pub fn compile_errors(errors: &[evcxr::CompilationError], cell: &str) -> Output 
         }
         traceback.push(head);
         let spans = error.spanned_messages();
-        let width = spans
+        let mut located: Vec<_> = spans.iter().filter(|s| s.span.is_some()).collect();
+        let width = located
             .iter()
-            .filter_map(|s| s.span.map(|sp| sp.end_line.to_string().len()))
+            .filter_map(|s| s.span.map(|sp| sp.start_line.to_string().len()))
             .max()
             .unwrap_or(1);
         let pad = " ".repeat(width);
-        let mut wrote_arrow = false;
-        for spanned in spans {
-            let Some(span) = spanned.span else {
-                if !spanned.label.is_empty() {
-                    traceback.push(format!("{pad} = note: {}", spanned.label));
-                }
-                continue;
-            };
-            if !wrote_arrow {
-                traceback.push(format!("{pad}--> cell:{}:{}", span.start_line, span.start_column));
-                traceback.push(format!("{pad} |"));
-                wrote_arrow = true;
-            }
+        // The arrow points at the primary span; source lines are shown in order, each once.
+        if let Some(primary) = located.iter().find(|s| s.is_primary).or(located.first())
+            && let Some(sp) = primary.span
+        {
+            traceback.push(format!("{pad}--> cell:{}:{}", sp.start_line, sp.start_column));
+            traceback.push(format!("{pad} |"));
+        }
+        located.sort_by_key(|s| s.span.map(|sp| (sp.start_line, sp.start_column)));
+        let mut shown_line = 0;
+        for spanned in &located {
+            let Some(span) = spanned.span else { continue };
             let Some(text) = cell.lines().nth(span.start_line.saturating_sub(1)) else {
                 continue;
             };
-            traceback.push(format!("{:>width$} | {}", span.start_line, text));
+            if span.start_line != shown_line {
+                traceback.push(format!("{:>width$} | {}", span.start_line, text));
+                shown_line = span.start_line;
+            }
             let start = span.start_column.max(1) - 1;
-            let line_chars = text.chars().count();
             let end = if span.end_line == span.start_line {
                 span.end_column.max(span.start_column + 1) - 1
             } else {
-                line_chars.max(start + 1)
+                text.chars().count().max(start + 1)
             };
             let marker = if spanned.is_primary { '^' } else { '-' };
             let underline: String = std::iter::repeat_n(marker, end.saturating_sub(start).max(1)).collect();
             let label = if spanned.label.is_empty() { String::new() } else { format!(" {}", spanned.label) };
             traceback.push(format!("{pad} | {}{underline}{label}", " ".repeat(start)));
         }
+        for spanned in spans.iter().filter(|s| s.span.is_none() && !s.label.is_empty()) {
+            traceback.push(format!("{pad} = note: {}", spanned.label));
+        }
         for help in error.help() {
-            for (i, line) in help.lines().enumerate() {
-                if i == 0 {
-                    traceback.push(format!("{pad} = help: {line}"));
-                } else {
-                    traceback.push(format!("{pad}   {line}"));
-                }
+            // The first line is the advice; rustc's suggested replacement text follows it.
+            if let Some(line) = help.lines().next() {
+                traceback.push(format!("{pad} = help: {line}"));
             }
         }
         if let Some(hint) = error.evcxr_extra_hint() {
@@ -235,7 +275,16 @@ mod tests {
         let Output::Error { ename, evalue, traceback } = panic_output(json, cell, Some(generated)) else { panic!() };
         assert_eq!(ename, "Panic");
         assert_eq!(evalue, "index out of bounds");
-        assert_eq!(traceback[0], "thread 'main' panicked at cell:2:9:");
+        assert_eq!(traceback[0], "panicked at cell:2:9:");
+    }
+
+    #[test]
+    fn engine_tracebacks_get_cell_locations() {
+        let generated = "fn run() {\n    let y = f.call(&x);\n}";
+        assert_eq!(
+            map_locations_in("  (traced at src/lib.rs:2:13) and src/lib.rs:x", "let y = f.call(&x);", Some(generated)),
+            "  (traced at cell:1:9) and src/lib.rs:x"
+        );
     }
 
     #[test]
