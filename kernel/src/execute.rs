@@ -3,7 +3,7 @@
 //!
 //! Rules kept here (protocol spec and frontends.md §8):
 //! - `execution_count` increases only for `store_history && !silent`; a silent request
-//!   publishes no `execute_input` and no `execute_result`.
+//!   publishes no `execute_input` and does not show the cell's value.
 //! - The cell's value is the session's last display when nothing followed it and it has
 //!   `text/plain`: it becomes the `execute_result`; every other display is `display_data`.
 //!   `execute_result` carries `transient: {}`, never `null` (which fails the schema).
@@ -59,7 +59,10 @@ impl OutputRouter {
     /// (`None` for a successful cell).
     pub fn finish(mut self, status: &ExecStatus) -> Option<ReplyError> {
         if let Some(display) = self.held.take() {
-            if matches!(status, ExecStatus::Ok) && !self.silent && has_plain_text(&display) {
+            let is_value = matches!(status, ExecStatus::Ok) && has_plain_text(&display);
+            if is_value && self.silent {
+                // A silent cell's value is not shown at all (as with IPython's displayhook).
+            } else if is_value {
                 self.send(ExecuteResult {
                     execution_count: self.count,
                     data: media(&display),
@@ -215,8 +218,9 @@ mod tests {
     }
 
     #[test]
-    fn silent_cells_have_no_execute_result() {
+    fn silent_cells_show_no_value() {
         let (mut r, rx) = router(true);
+        r.push(Output::Display(vec![("text/html".into(), "<b>shown</b>".into())]));
         r.push(plain("3"));
         r.finish(&ExecStatus::Ok);
         assert_eq!(drain(rx), ["display_data"]);

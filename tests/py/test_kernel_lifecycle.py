@@ -3,7 +3,8 @@
 Covers what jupyter_kernel_test does not: message order within a cell, the cell's own line
 numbers in compile errors, execution counts, code-point cursor positions, requests the
 kernel cannot honour (still answered), interrupt of a long-running cell, SIGINT, restart,
-shutdown (the evaluation child goes too) and the kernel exiting when its parent dies.
+shutdown (the evaluation child goes too), the kernel exiting when its parent dies, and
+bad input: panics and a dying evaluation child keep the kernel answering.
 """
 
 from __future__ import annotations
@@ -222,6 +223,27 @@ def test_requests_the_kernel_cannot_honour_are_answered(kernel):
     assert result_text(run(kc, "5 * 5")[1]) == "25"
 
 
+def test_a_panic_keeps_earlier_variables(kernel):
+    _, kc = kernel
+    assert run(kc, "let survivor = 20;")[0]["status"] == "ok"
+    reply, outputs = run(kc, 'panic!("boom")')
+    assert (reply["status"], reply["ename"], reply["evalue"]) == ("error", "Panic", "boom")
+    assert [m["msg_type"] for m in outputs] == ["error"]
+    assert "cell:1:1" in outputs[0]["content"]["traceback"][0]
+    assert result_text(run(kc, "survivor + 1")[1]) == "21"
+
+
+def test_a_dead_evaluation_child_is_reported_and_replaced(kernel):
+    _, kc = kernel
+    assert run(kc, "let doomed = 3;")[0]["status"] == "ok"
+    reply, outputs = run(kc, "std::process::abort();", timeout=FIRST_CELL_TIMEOUT)
+    assert (reply["status"], reply["ename"]) == ("error", "ChildDied")
+    assert "doomed" in reply["evalue"]  # the user is told which variables were lost
+    assert [m["msg_type"] for m in outputs] == ["error"]
+    assert run(kc, "doomed")[0]["status"] == "error"
+    assert result_text(run(kc, "11 * 11")[1]) == "121"
+
+
 # ---------------------------------------------------------------- interrupt, signals
 
 
@@ -308,7 +330,7 @@ def test_shutdown_replies_and_ends_the_evaluation_child():
 
 def test_kernel_exits_when_its_parent_dies(jaxrepl_kernelspec, tmp_path):
     connection_file = tmp_path / "kernel.json"
-    write_connection_file(str(connection_file), key=os.urandom(16).hex())
+    write_connection_file(str(connection_file), key=os.urandom(16).hex().encode())
     binary = str(jaxrepl_kernelspec.binary)
     # A parent shell that starts the kernel, says its pid, and is then killed.
     parent = subprocess.Popen(
