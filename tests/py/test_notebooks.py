@@ -1,15 +1,13 @@
 """Golden notebook: notebooks/201-01-jit.ipynb executed by a real Jupyter client (nbclient)
 on the `jaxrepl` kernel, then chosen outputs checked (not only that it ran).
 
-Run by `make test` (which builds the kernel, installs its kernelspec under .jupyter/ and
-exports JAXREPL_KERNEL_BIN). Missing pieces -- the notebook, the kernel binary, the
-kernelspec -- are test failures with a message, never skips: the notebook is the test.
+Run by `make test` (which builds the kernel and exports JAXREPL_KERNEL_BIN); the kernelspec
+comes from conftest.py's `jaxrepl_kernelspec` fixture. Missing pieces -- the notebook, the
+kernel binary -- are test failures with a message, never skips: the notebook is the test.
 """
 import json
 import os
 import re
-import subprocess
-import tempfile
 
 import pytest
 
@@ -22,43 +20,11 @@ CELL_TIMEOUT_S = 900
 STARTUP_TIMEOUT_S = 300
 
 
-def find_kernelspec():
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-    try:
-        return KernelSpecManager().get_kernel_spec(KERNEL)
-    except NoSuchKernel:
-        return None
-
-
-@pytest.fixture(scope="module")
-def jaxrepl_kernelspec():
-    """The `jaxrepl` kernelspec, pointing at the kernel just built. `make test` installs it
-    under JUPYTER_PATH; run alone, this installs it into a temporary JUPYTER_PATH from
-    JAXREPL_KERNEL_BIN. (Replace with tests/py/conftest.py's fixture once that exists.)"""
-    spec = find_kernelspec()
-    tmp = None
-    if spec is None:
-        binary = os.environ.get("JAXREPL_KERNEL_BIN")
-        if not binary or not os.access(binary, os.X_OK):
-            pytest.fail("no `jaxrepl` kernelspec and no kernel binary to install one from "
-                        "(JAXREPL_KERNEL_BIN=%r); run `make test`" % binary)
-        tmp = tempfile.TemporaryDirectory(prefix="jaxrepl-jupyter-path-")
-        subprocess.run([binary, "--install", tmp.name], check=True)
-        os.environ["JUPYTER_PATH"] = os.pathsep.join(
-            [tmp.name] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p])
-        spec = find_kernelspec()
-        if spec is None:
-            pytest.fail("`%s --install %s` did not make a `jaxrepl` kernelspec" % (binary, tmp.name))
-    if not os.access(spec.argv[0], os.X_OK):
-        pytest.fail("kernelspec %s runs %s, which is not an executable file" % (spec.resource_dir, spec.argv[0]))
-    yield spec
-    if tmp is not None:
-        tmp.cleanup()
-
-
 @pytest.fixture(scope="module")
 def executed(jaxrepl_kernelspec):
-    """The notebook after a full run on the kernel (also written to EXECUTED for a look)."""
+    """The notebook after a full run on the kernel (also written to EXECUTED for a look).
+    `jaxrepl_kernelspec` (tests/py/conftest.py) installs the kernelspec of the kernel under
+    test, and fails the test when there is no kernel binary."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -66,7 +32,7 @@ def executed(jaxrepl_kernelspec):
     if not os.path.isfile(NOTEBOOK):
         pytest.fail("%s does not exist (the engine lead writes it)" % os.path.relpath(NOTEBOOK, ROOT))
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S,
+    client = NotebookClient(nb, kernel_name=jaxrepl_kernelspec.name, timeout=CELL_TIMEOUT_S,
                             startup_timeout=STARTUP_TIMEOUT_S, allow_errors=False,
                             coalesce_streams=True, resources={"metadata": {"path": ROOT}})
     try:
@@ -142,3 +108,37 @@ def test_explains_a_cache_miss(executed):
     text = all_text(executed)
     assert re.search(r"cache miss", text, re.I), \
         "no cache-miss explanation (jax_explain_cache_misses) in any output:\n" + text[:3000]
+
+
+def cell_with(nb, needle):
+    """The first code cell whose source contains `needle` (fails clearly if none)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and needle in cell.source:
+            return cell
+    pytest.fail("no code cell containing %r in %s" % (needle, os.path.relpath(NOTEBOOK, ROOT)))
+
+
+# jax 0.10.2: print(jax.make_jaxpr(lambda x: jnp.sin(x) * 2.0 + 1.0)(jnp.arange(8.0)))
+JAXPR_SIN = """{ lambda ; a:f32[8]. let
+    b:f32[8] = sin a
+    c:f32[8] = mul b 2.0:f32[]
+    d:f32[8] = add c 1.0:f32[]
+  in (d,) }"""
+
+
+def test_jaxpr_text_matches_jax(executed):
+    cell = cell_with(executed, "make_jaxpr(|x: Array| x.sin() * 2.0 + 1.0")
+    assert JAXPR_SIN in outputs_text(cell), "expected JAX's text:\n%s\ngot:\n%s" % (JAXPR_SIN, outputs_text(cell))
+
+
+def test_side_effect_runs_only_while_tracing(executed):
+    # g traced for f32[8], hit for the second call, retraced for f32[3]: two prints.
+    cell = cell_with(executed, 'println!("tracing with')
+    text = outputs_text(cell)
+    assert text.count("tracing with") == 2, text
+
+
+def test_cache_miss_names_the_type_change(executed):
+    # double: called with i32[3], then f32[3]; JAX says "now f32[3] and before i32[3]".
+    text = all_text(executed)
+    assert "f32[3]" in text and "i32[3]" in text, text[:3000]
