@@ -180,6 +180,20 @@ pub enum Primitive {
     DebugCallback { callback: CallbackId, fmt: String },
     /// a nested jitted call
     Pjit { name: String, jaxpr: Box<ClosedJaxpr> },
+    // -- random / bits --
+    /// x << y on integers of one dtype; shift amounts of the bit width or more (as
+    /// unsigned) give 0, as XLA defines it
+    ShiftLeft,
+    /// x >> y filling with zeros; amounts of the bit width or more give 0
+    ShiftRightLogical,
+    /// x >> y filling with the sign bit; amounts of the bit width or more give all sign bits
+    ShiftRightArithmetic,
+    /// reinterprets each element's bits as `new_dtype` (of the same bit width)
+    BitcastConvertType { new_dtype: DType },
+    /// inverse error function (floats), XLA's single-precision polynomial
+    ErfInv,
+    /// the next representable float after x in the direction of y (floats)
+    NextAfter,
     // -- issue 3 array ops --
     /// sign: -1, 0 or 1 (floats keep ±0 and NaN; unsigned 0 or 1)
     Sign,
@@ -312,6 +326,13 @@ impl Primitive {
             Checkpoint { .. } => "checkpoint",
             DebugCallback { .. } => "debug_callback",
             Pjit { .. } => "jit",
+            // -- random / bits --
+            ShiftLeft => "shift_left",
+            ShiftRightLogical => "shift_right_logical",
+            ShiftRightArithmetic => "shift_right_arithmetic",
+            BitcastConvertType { .. } => "bitcast_convert_type",
+            ErfInv => "erf_inv",
+            NextAfter => "nextafter",
             // -- issue 3 array ops --
             Sign => "sign",
             Floor => "floor",
@@ -398,13 +419,16 @@ impl Primitive {
     /// Elementwise primitives with one operand.
     pub fn is_unary_elementwise(&self) -> bool {
         use Primitive::*;
-        matches!(self, Neg | Exp | Log | Sin | Cos | Tanh | Sqrt | Abs | Not)
+        matches!(self, Neg | Exp | Log | Sin | Cos | Tanh | Sqrt | Abs | Not | ErfInv)
     }
 
     /// Elementwise primitives with two operands of one shape.
     pub fn is_binary_elementwise(&self) -> bool {
         use Primitive::*;
-        matches!(self, Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Eq | Ne | Lt | Le | Gt | Ge | Xor)
+        matches!(
+            self,
+            Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Eq | Ne | Lt | Le | Gt | Ge | Xor | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | NextAfter
+        )
     }
 
     /// Comparisons (bool result).

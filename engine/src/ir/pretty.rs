@@ -47,6 +47,8 @@ impl Namer {
     fn atom(&self, a: &Atom) -> String {
         match a {
             Atom::Var(v) => self.names.get(&v.id).cloned().unwrap_or_else(|| format!("?{}", v.id)),
+            // u32 literals are held as i32 bit patterns: print them unsigned, as JAX does.
+            Atom::Lit(l) if l.aval.dtype == crate::ir::DType::U32 => format!("{}:{}", l.value.as_i64() as u32, l.aval.short()),
             Atom::Lit(l) => format!("{}:{}", l.value.jaxpr_text(), l.aval.short()),
         }
     }

@@ -26,6 +26,7 @@ fn kv(k: &str, v: String) -> (String, String) {
 pub fn params(p: &Primitive) -> Vec<(String, String)> {
     use Primitive::*;
     match p {
+        BitcastConvertType { new_dtype } => vec![kv("new_dtype", new_dtype.name().into())],
         Round { rounding_method } => vec![kv("rounding_method", rounding_method.to_string())],
         IntegerPow { y } => vec![kv("y", y.to_string())],
         ReducePrecision { exponent_bits, mantissa_bits } => {

@@ -4,10 +4,12 @@
 
 pub mod array_ops;
 pub mod control;
+pub mod promotion;
 pub mod shape;
 pub mod shape_ops;
 
 pub use array_ops::*;
+pub use promotion::promote_types;
 pub use control::{cond, fori_loop, fori_loop_dynamic, map, scan, switch, while_loop};
 
 use crate::error::{Error, Result};
@@ -23,53 +25,13 @@ pub fn bind1(p: Primitive, operands: Vec<Operand>) -> Result<Array> {
     outs.pop().ok_or_else(|| Error::type_error("primitive produced no output"))
 }
 
-fn kind(d: DType) -> u8 {
-    if d.is_bool() {
-        0
-    } else if d.is_int() {
-        1
-    } else {
-        2
-    }
-}
-
-/// JAX's `promote_types` with weak types: the result dtype and whether it is weak.
-/// A weak operand adopts the other operand's dtype when it is of the same or a lower
-/// kind (bool < int < float); see <https://docs.jax.dev/en/latest/type_promotion.html>.
+/// JAX's type promotion with weak types: the result dtype of a binary op on operands of
+/// types `a` and `b`, and whether it is weak (the least upper bound in JAX's lattice,
+/// `promotion::promote_lattice`; 64-bit results become 32-bit while `jax_enable_x64`
+/// is off). See <https://docs.jax.dev/en/latest/type_promotion.html>.
 pub fn promote(a: &ShapedArray, b: &ShapedArray) -> (DType, bool) {
-    let (ka, kb) = (kind(a.dtype), kind(b.dtype));
-    match (a.weak_type, b.weak_type) {
-        (true, true) => {
-            if ka >= kb {
-                (a.dtype, true)
-            } else {
-                (b.dtype, true)
-            }
-        }
-        (true, false) => {
-            if ka <= kb {
-                (b.dtype, false)
-            } else {
-                (a.dtype, false)
-            }
-        }
-        (false, true) => {
-            if kb <= ka {
-                (a.dtype, false)
-            } else {
-                (b.dtype, false)
-            }
-        }
-        (false, false) => {
-            if a.dtype == b.dtype {
-                (a.dtype, false)
-            } else if ka != kb {
-                (if ka > kb { a.dtype } else { b.dtype }, false)
-            } else {
-                (if a.dtype.size_bytes() >= b.dtype.size_bytes() { a.dtype } else { b.dtype }, false)
-            }
-        }
-    }
+    let (d, weak) = promotion::promote_lattice((a.dtype, a.weak_type), (b.dtype, b.weak_type));
+    (crate::trace::array::canonicalize_dtype(d), weak)
 }
 
 /// numpy broadcasting of two shapes. Errors name the op and both shapes.
@@ -154,8 +116,9 @@ fn binary_inner(p: Primitive, x: Operand, y: Operand) -> Result<Array> {
         // numpy's true division: integer operands divide as float32 (`jnp.true_divide`).
         dtype = crate::trace::array::canonicalize_dtype(DType::F64);
     }
-    let x = convert(x, dtype, ax.weak_type && weak)?;
-    let y = convert(y, dtype, ay.weak_type && weak)?;
+    // Operands take the result's weak flag (`int32 * 2.0` converts to weak float32, as JAX).
+    let x = convert(x, dtype, weak)?;
+    let y = convert(y, dtype, weak)?;
     let fit = |o: Operand| -> Result<Operand> {
         match o {
             Operand::Array(a) if a.ndim() > 0 && a.shape() != shape => Ok(Operand::Array(broadcast_to(&a, &shape)?)),

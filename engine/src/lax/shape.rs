@@ -50,6 +50,12 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             if matches!(p, And | Or | Xor) && a.dtype.is_float() {
                 return Err(err(p, format!("requires bool or integer operands, got {}", types(ins))));
             }
+            if matches!(p, ShiftLeft | ShiftRightLogical | ShiftRightArithmetic) && !a.dtype.is_int() {
+                return Err(err(p, format!("requires integer operands, got {}", types(ins))));
+            }
+            if matches!(p, NextAfter) && !a.dtype.is_float() {
+                return Err(err(p, format!("requires floating-point operands, got {}", types(ins))));
+            }
             if p.is_comparison() {
                 return Ok(vec![ShapedArray::new(&shape, DType::Bool)]);
             }
@@ -161,6 +167,18 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
                 return Err(err(p, format!("called with {} but traced for {}", types(ins), types(&want))));
             }
             Ok(j.out_avals().into_iter().map(|a| a.strong()).collect())
+        }
+        BitcastConvertType { new_dtype } => {
+            arity(1)?;
+            let a = &ins[0];
+            if a.dtype.is_bool() || new_dtype.is_bool() || a.dtype.size_bytes() != new_dtype.size_bytes() {
+                return Err(err(p, format!(
+                    "can only reinterpret between non-bool dtypes of one bit width, got {} to {}",
+                    a.short(),
+                    new_dtype.name()
+                )));
+            }
+            Ok(vec![ShapedArray::new(&a.shape, *new_dtype)])
         }
         StopGradient => {
             arity(1)?;

@@ -19,6 +19,7 @@
 //! `jaxrepl_callback_fire(i64 id, i64 nargs)` (see `compile::callbacks`).
 
 mod array_ops;
+mod bits;
 mod control;
 mod conv;
 mod emit;
@@ -303,6 +304,11 @@ impl Lowerer {
                 let wd = ins[0].aval().dtype;
                 let d = out.dtype;
                 self.ew(out, ins, &mut |e, a| Ok(scalar::select_n(e, &a[0], wd, &a[1..], d)))
+            }
+            BitcastConvertType { new_dtype } => {
+                arity(1)?;
+                let (from, to) = (ins[0].aval().dtype, *new_dtype);
+                self.ew(out, ins, &mut |e, a| Ok(bits::bitcast(e, &a[0], from, to)))
             }
             ConvertElementType { new_dtype, .. } => {
                 arity(1)?;

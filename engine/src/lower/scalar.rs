@@ -60,6 +60,7 @@ pub(crate) fn unary(e: &mut Emitter, prim: &Primitive, x: &str, d: DType) -> Res
             Tanh => e.op(&format!("math.tanh {xc} : {t}")),
             Sqrt => e.op(&format!("math.sqrt {xc} : {t}")),
             Abs => e.op(&format!("math.absf {xc} : {t}")),
+            ErfInv => super::bits::erf_inv(e, &xc, c),
             _ => return Err(unsupported(prim, d)),
         };
         return Ok(from_compute(e, &r, d));
@@ -82,6 +83,9 @@ pub(crate) fn unary(e: &mut Emitter, prim: &Primitive, x: &str, d: DType) -> Res
 /// One binary elementwise primitive on scalars of dtype `d`; comparisons return `i1`.
 pub(crate) fn binary(e: &mut Emitter, prim: &Primitive, x: &str, y: &str, d: DType) -> Result<String, Error> {
     use Primitive::*;
+    if matches!(prim, NextAfter) && d.is_float() {
+        return Ok(super::bits::nextafter(e, x, y, d));
+    }
     if d.is_float() {
         let c = compute_dtype(d);
         let t = c.mlir();
@@ -123,6 +127,7 @@ pub(crate) fn binary(e: &mut Emitter, prim: &Primitive, x: &str, y: &str, d: DTy
         Min => e.op(&format!("arith.{} {x}, {y} : {t}", if u { "minui" } else { "minsi" })),
         And => e.op(&format!("arith.andi {x}, {y} : {t}")),
         Xor => e.op(&format!("arith.xori {x}, {y} : {t}")),
+        ShiftLeft | ShiftRightLogical | ShiftRightArithmetic if !b => super::bits::shift(e, prim, x, y, d)?,
         Or => e.op(&format!("arith.ori {x}, {y} : {t}")),
         Eq => cmp(e, "eq"),
         Ne => cmp(e, "ne"),

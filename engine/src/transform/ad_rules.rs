@@ -93,6 +93,8 @@ fn unary_factor(p: &Primitive, x: &Array, y: &Array) -> Result<Array> {
             let one = bin(Add, arr(&scale(x, 0.0)?), lit(1.0, d))?;
             select(&bin(Ge, arr(x), lit(0.0, d))?, &one, &neg(&one)?)
         }
+        // d/dx erf_inv(x) = √π/2 · e^(y²)
+        ErfInv => scale(&unary(Exp, &mul(y, y)?)?, std::f64::consts::PI.sqrt() / 2.0),
         _ => Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", p.name()))),
     }
 }
