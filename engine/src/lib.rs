@@ -18,7 +18,12 @@ pub mod prelude;
 pub mod runtime;
 pub mod trace;
 pub mod transform;
+pub mod tree;
+
+/// `jax.tree_util`: the same functions as `tree`.
+pub use tree as tree_util;
 
 pub use error::{Error, ErrorKind, Result};
 pub use magic::{block_until_ready, effects_barrier};
 pub use transform::pipeline::compile_count;
+pub use transform::eval_shape;

@@ -12,10 +12,11 @@ pub use crate::numpy as jnp;
 pub use crate::numpy::indexing::{ELLIPSIS, NEW_AXIS};
 pub use crate::s;
 pub use crate::trace::pytree::Static;
+pub use crate::tree::{self, Pytree, TreeDef};
 pub use crate::trace::Array;
 pub use crate::transform::{
-    checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient,
-    value_and_grad, value_and_grad_with_aux, vjp, vmap,
+    checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr,
+    stop_gradient, value_and_grad, value_and_grad_with_aux, vjp, vmap,
     vmap_axes, Compiled,
     Jitted, Lowered, Traced,
 };

@@ -211,8 +211,45 @@ impl Executable {
     /// those compiled for (the message lists every mismatch, JAX-style);
     /// `ErrorKind::Runtime` when a host callback failed during the run.
     pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>, Error> {
+        self.execute_into(args, self.out_avals.iter().map(|_| None).collect())
+    }
+
+    /// As `execute`, writing output `k` into `dests[k]` when given (a donated input's
+    /// buffer, say) instead of a fresh buffer; the given buffers are returned as the
+    /// outputs. A destination must not overlap any of `args` (the compiled entry assumes
+    /// inputs and outputs are distinct: pass a copy of an input whose buffer is reused).
+    ///
+    /// Errors: as `execute`; `ErrorKind::Type` when `dests` has the wrong length or a
+    /// destination's shape or dtype differs from its output's.
+    pub fn execute_into(&self, args: &[&Buffer], dests: Vec<Option<Buffer>>) -> Result<Vec<Buffer>, Error> {
         self.check_args(args)?;
-        let outs: Vec<Buffer> = self.out_avals.iter().map(Buffer::zeros).collect();
+        if dests.len() != self.out_avals.len() {
+            return Err(Error::type_error(format!(
+                "{} output destinations given for {} outputs",
+                dests.len(),
+                self.out_avals.len()
+            )));
+        }
+        let outs: Vec<Buffer> = dests
+            .into_iter()
+            .zip(&self.out_avals)
+            .map(|(d, a)| match d {
+                Some(b) if b.shape() == a.shape.as_slice() && b.dtype() == a.dtype => {
+                    let overlaps = args.iter().any(|x| !x.bytes().is_empty() && x.as_ptr() == b.as_ptr());
+                    if overlaps {
+                        Err(Error::type_error("an output destination is also an argument"))
+                    } else {
+                        Ok(b)
+                    }
+                }
+                Some(b) => Err(Error::type_error(format!(
+                    "output destination {} does not match output {}",
+                    b.aval().long(),
+                    a.strong().long()
+                ))),
+                None => Ok(Buffer::zeros(a)),
+            })
+            .collect::<Result<_, Error>>()?;
         let mut descs: Vec<Vec<i64>> = self.const_args.iter().map(|b| descriptor(b)).collect();
         descs.extend(args.iter().map(|b| descriptor(b)));
         descs.extend(outs.iter().map(descriptor));
@@ -220,7 +257,8 @@ impl Executable {
         let mut argv: Vec<*mut c_void> = ptrs.iter_mut().map(|p| p as *mut *mut c_void as *mut c_void).collect();
         callbacks::begin();
         // SAFETY: argv holds one pointer per entry parameter, each to a pointer to a live
-        // descriptor of the compiled shape (checked above); outputs are fresh and distinct.
+        // descriptor of the compiled shape (checked above); outputs are fresh or given
+        // buffers of the output's shape that overlap no argument (checked above).
         unsafe { (self.entry)(argv.as_mut_ptr()) };
         callbacks::finish()?;
         Ok(outs)

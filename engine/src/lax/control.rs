@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Jaxpr, Primitive, ShapedArray, Var};
-use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree};
+use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree, TreeDef};
 use crate::trace::{Array, Operand};
 use crate::transform::interp::{trace_to_jaxpr, OpenJaxpr};
 use crate::transform::jit::TraceOutput;
@@ -286,7 +286,7 @@ pub fn scan<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
     };
     // The body sees one slice of each x.
     let mut arg = Flat::default();
-    arg.treedef = format!("({}, {})", cflat.treedef, xflat.treedef);
+    arg.treedef = TreeDef::tuple(vec![cflat.treedef.clone(), xflat.treedef.clone()]);
     arg.leaves = cflat.leaves.clone();
     for x in &xl {
         let mut a = x.aval();

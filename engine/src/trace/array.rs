@@ -163,6 +163,11 @@ impl Array {
             Repr::Tracer(_) => None,
         }
     }
+    /// The address of the array's data (JAX's `unsafe_buffer_pointer`), waiting for it:
+    /// shows that a donated buffer was reused. Errors: as `buffer`.
+    pub fn unsafe_buffer_pointer(&self) -> Result<usize> {
+        Ok(self.buffer()?.as_ptr() as usize)
+    }
     /// Whether the array was donated and its buffer reused.
     pub fn is_deleted(&self) -> bool {
         self.device().map(|d| d.is_deleted()).unwrap_or(false)

@@ -9,7 +9,7 @@ use super::jit::TraceOutput;
 use crate::error::{Error, Result};
 use crate::ir::{Primitive, RematPolicy, RuleId, ShapedArray};
 use crate::lax::control::close;
-use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree};
+use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree, TreeDef};
 use crate::trace::{bind, Array, Operand};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -89,14 +89,19 @@ pub fn custom_jvp<A: Pytree, O: TraceOutput>(
     f: impl Fn(A) -> O + 'static,
     rule: impl Fn(A, A) -> Result<(O::Out, O::Out)> + 'static,
 ) -> impl Fn(A) -> Result<O::Out> + 'static {
+    // The argument structure of the latest call (the rule runs after it, when differentiating).
+    let arg_def: Rc<RefCell<TreeDef>> = Rc::new(RefCell::new(TreeDef::Leaf));
+    let ad = arg_def.clone();
     let id = register(Rule::Jvp(Rc::new(move |p: &[Array], t: &[Array]| {
-        let a = unflatten_like::<A>("", p.to_vec(), vec![])?;
-        let ta = unflatten_like::<A>("", t.to_vec(), vec![])?;
+        let def = ad.borrow().clone();
+        let a = unflatten_like::<A>(&def, p.to_vec(), vec![])?;
+        let ta = unflatten_like::<A>(&def, t.to_vec(), vec![])?;
         let (o, to) = rule(a, ta)?;
         Ok((leaves(&flatten_value(&o))?, leaves(&flatten_value(&to))?))
     })));
     move |a: A| {
         let flat = flatten_value(&a);
+        *arg_def.borrow_mut() = flat.treedef.clone();
         let (j, out) = trace_fn(&f, &flat)?;
         call(j, out, leaves(&flat)?, |call_jaxpr, num_consts| Primitive::CustomJvpCall { name: "f".into(), call_jaxpr, rule: id, num_consts })
     }
@@ -110,23 +115,28 @@ pub fn custom_vjp<A: Pytree, O: TraceOutput, Res: Pytree>(
     fwd: impl Fn(A) -> Result<(O::Out, Res)> + 'static,
     bwd: impl Fn(Res, O::Out) -> Result<A> + 'static,
 ) -> impl Fn(A) -> Result<O::Out> + 'static {
-    let res_def: Rc<RefCell<usize>> = Rc::new(RefCell::new(0));
-    let rd = res_def.clone();
+    // Structures of the latest call's argument and output and of the residuals of the
+    // latest `fwd` (the rules run after them, when differentiating).
+    let defs: Rc<RefCell<(TreeDef, TreeDef, TreeDef)>> = Rc::new(RefCell::new((TreeDef::Leaf, TreeDef::Leaf, TreeDef::Leaf)));
+    let (df, db) = (defs.clone(), defs.clone());
     let fwd_fn: FwdFn = Rc::new(move |p: &[Array]| {
-        let (o, r) = fwd(unflatten_like::<A>("", p.to_vec(), vec![])?)?;
-        let rl = leaves(&flatten_value(&r))?;
-        *rd.borrow_mut() = rl.len();
-        Ok((leaves(&flatten_value(&o))?, rl))
+        let arg_def = df.borrow().0.clone();
+        let (o, r) = fwd(unflatten_like::<A>(&arg_def, p.to_vec(), vec![])?)?;
+        let rf = flatten_value(&r);
+        df.borrow_mut().2 = rf.treedef.clone();
+        Ok((leaves(&flatten_value(&o))?, leaves(&rf)?))
     });
     let bwd_fn: BwdFn = Rc::new(move |res: &[Array], cts: &[Array]| {
-        let r = unflatten_like::<Res>("", res.to_vec(), vec![])?;
-        let c = unflatten_like::<O::Out>("", cts.to_vec(), vec![])?;
+        let (_, out_def, res_def) = db.borrow().clone();
+        let r = unflatten_like::<Res>(&res_def, res.to_vec(), vec![])?;
+        let c = unflatten_like::<O::Out>(&out_def, cts.to_vec(), vec![])?;
         leaves(&flatten_value(&bwd(r, c)?))
     });
     let id = register(Rule::Vjp(fwd_fn, bwd_fn));
     move |a: A| {
         let flat = flatten_value(&a);
         let (j, out) = trace_fn(&f, &flat)?;
+        *defs.borrow_mut() = (flat.treedef.clone(), out.treedef.clone(), TreeDef::Leaf);
         call(j, out, leaves(&flat)?, |call_jaxpr, num_consts| Primitive::CustomVjpCall { name: "f".into(), call_jaxpr, rule: id, num_consts })
     }
 }

@@ -12,7 +12,8 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::ir::{ClosedJaxpr, ShapedArray, SourceInfo};
 use crate::runtime::{dispatch, Buffer, DeviceArray};
-use crate::trace::pytree::{flatten_value, ArgLeaf, Args, Flat, Pytree, StaticValue};
+use crate::trace::pytree::{flatten_value, ArgLeaf, Args, Flat, Pytree, StaticValue, TreeDef};
+use crate::tree::ShapeTree;
 use crate::trace::{self, source_info, Array};
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -42,7 +43,7 @@ impl<R: Pytree> TraceOutput for Result<R> {
 /// The cache key of a trace: everything about the arguments that changes the jaxpr.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Signature {
-    pub treedef: String,
+    pub treedef: TreeDef,
     pub avals: Vec<ShapedArray>,
     pub statics: Vec<String>,
     #[doc(hidden)]
@@ -64,6 +65,10 @@ impl Signature {
 pub struct CacheEntry {
     pub jaxpr: ClosedJaxpr,
     pub out_statics: Vec<StaticValue>,
+    /// Structure of the output (the result is rebuilt from it).
+    pub out_tree: TreeDef,
+    /// Per flat argument: whether it is donated (`donate_argnums`).
+    pub donated: Vec<bool>,
     pub trace_secs: f64,
     pub compiled: OnceLock<CompiledArtifacts>,
 }
@@ -73,6 +78,7 @@ pub(crate) struct JitInner<A, R> {
     pub(crate) name: String,
     pub(crate) site: SourceInfo,
     id: u64,
+    donate_argnums: Vec<usize>,
     cache: Mutex<HashMap<Signature, Arc<CacheEntry>>>,
     seen: Mutex<Vec<Signature>>,
 }
@@ -122,6 +128,7 @@ where
             name: default_name::<F>(),
             site,
             id,
+            donate_argnums: Vec::new(),
             cache: Mutex::new(HashMap::new()),
             seen: Mutex::new(Vec::new()),
         }),
@@ -134,6 +141,32 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     pub fn with_name(self, name: &str) -> Self {
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("with_name must be called right after jit"));
         Jitted { inner: Arc::new(JitInner { name: name.to_string(), ..inner }), _p: PhantomData }
+    }
+
+    /// Donates the arguments at positions `argnums` (JAX's `donate_argnums`; positions in
+    /// the argument tuple, and 0 for a function of one non-tuple argument). Each leaf of a
+    /// donated argument whose shape and dtype match an output not yet aliased is marked
+    /// `tf.aliasing_output` in the lowered module; at a call its buffer becomes that
+    /// output's buffer and the argument is deleted (reading it afterwards is
+    /// `RuntimeError: Array has been deleted with shape=float32[2,3].`). Donated leaves
+    /// without such an output stay usable and are reported once per compilation
+    /// (`UserWarning: Some donated buffers were not usable: float32[3].`).
+    /// Must be called right after `jit` (panics once the function is shared).
+    pub fn donate_argnums(self, argnums: &[usize]) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("donate_argnums must be called right after jit"));
+        Jitted { inner: Arc::new(JitInner { donate_argnums: argnums.to_vec(), ..inner }), _p: PhantomData }
+    }
+
+    /// Per flat leaf of arguments of structure `def`: whether it is donated.
+    fn donated_flags(&self, def: &TreeDef) -> Vec<bool> {
+        let mut d = vec![false; def.num_leaves()];
+        let ranges = def.arg_leaf_ranges();
+        for &i in &self.inner.donate_argnums {
+            if let Some(r) = ranges.get(i) {
+                d[r.clone()].iter_mut().for_each(|x| *x = true);
+            }
+        }
+        d
     }
 
     /// The function's name.
@@ -183,14 +216,14 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 ArgLeaf::Spec(_) => unreachable!(),
             })
             .collect();
-        let outs = run(&art.executable, &entry.jaxpr, inputs)?;
+        let outs = run_donating(&art.executable, &entry.jaxpr, inputs, &entry.donated)?;
         if entry.jaxpr.jaxpr.has_effects() {
             for o in &outs {
                 o.block_until_ready()?;
             }
             dispatch::barrier()?;
         }
-        crate::trace::pytree::unflatten_like::<R>("", outs, entry.out_statics.clone())
+        crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
     }
 
     fn rebuild_args(&self, flat: &Flat) -> Result<A> {
@@ -209,7 +242,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         if let Some(c) = entry.compiled.get() {
             return Ok(c);
         }
-        let c = pipeline::compile_jaxpr(&entry.jaxpr, &self.inner.name, &StageOptions::default())?;
+        let opts = StageOptions { donated: entry.donated.clone(), ..Default::default() };
+        let c = pipeline::compile_jaxpr(&entry.jaxpr, &self.inner.name, &opts)?;
+        warn_unusable_donations(&entry.jaxpr, &entry.donated);
         let _ = entry.compiled.set(c);
         Ok(entry.compiled.get().expect("just set"))
     }
@@ -226,10 +261,12 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         }
         explain::set_pending_reason(reason);
         let t0 = Instant::now();
-        let (jaxpr, out_statics) = self.trace_flat(flat, &sig)?;
+        let (jaxpr, out_statics, out_tree) = self.trace_flat(flat, &sig)?;
         let entry = Arc::new(CacheEntry {
             jaxpr,
             out_statics,
+            out_tree,
+            donated: self.donated_flags(&flat.treedef),
             trace_secs: t0.elapsed().as_secs_f64(),
             compiled: OnceLock::new(),
         });
@@ -241,7 +278,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         Ok((entry, true))
     }
 
-    fn trace_flat(&self, flat: &Flat, sig: &Signature) -> Result<(ClosedJaxpr, Vec<StaticValue>)> {
+    fn trace_flat(&self, flat: &Flat, sig: &Signature) -> Result<(ClosedJaxpr, Vec<StaticValue>, TreeDef)> {
         let names: Vec<String> = (0..sig.avals.len()).map(|i| format!("args[{i}]")).collect();
         let site = &self.inner.site;
         let desc = format!("{} at {}:{}", self.inner.name, site.file, site.line);
@@ -280,7 +317,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             .collect();
         let (jaxpr, consts) = trace::pop_trace(id, &outs)?;
         let consts = consts.iter().map(|a| a.buffer()).collect::<Result<Vec<Arc<Buffer>>>>()?;
-        Ok((ClosedJaxpr { jaxpr, consts }, out.statics))
+        Ok((ClosedJaxpr { jaxpr, consts }, out.statics, out.treedef))
     }
 
     fn explain_miss(&self, sig: &Signature, call_site: &SourceInfo) -> String {
@@ -308,9 +345,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         );
         let closest = seen
             .iter()
-            .min_by_key(|k| (k.treedef != sig.treedef) as usize * 100 + k.avals.iter().zip(&sig.avals).filter(|(a, b)| a != b).count())
+            .min_by_key(|k| (!k.treedef.same_structure(&sig.treedef)) as usize * 100 + k.avals.iter().zip(&sig.avals).filter(|(a, b)| a != b).count())
             .expect("non-empty");
-        if closest.treedef != sig.treedef {
+        if !closest.treedef.same_structure(&sig.treedef) {
             s.push_str(&format!("\n  different input pytree:\n  * now {} and before {}", sig.treedef, closest.treedef));
         } else if closest.avals != sig.avals {
             s.push_str("\n  different input types:");
@@ -356,10 +393,13 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         self.trace(args)?.lower()
     }
 
-    /// `jit(f).eval_shape(args)`: output types without compiling.
+    /// `jit(f).eval_shape(args)`: the output's structure with a `ShapeDtypeStruct` per
+    /// leaf, without compiling (arguments may be arrays or `ShapeDtypeStruct` specs).
+    /// Errors: tracing errors.
     #[track_caller]
-    pub fn eval_shape(&self, args: impl Args<A>) -> Result<Vec<crate::ir::ShapeDtypeStruct>> {
-        Ok(self.trace(args)?.out_info())
+    pub fn eval_shape(&self, args: impl Args<A>) -> Result<ShapeTree> {
+        let t = self.trace(args)?;
+        Ok(ShapeTree::new(t.out_tree().clone(), t.out_info()))
     }
 
     /// Number of traces in this function's cache.
@@ -370,7 +410,14 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// Compiles an entry (shared with `Lowered::compile`).
     pub(crate) fn compile_entry(&self, entry: &CacheEntry) -> Result<Compiled<A, R>> {
         let art = self.compiled(entry)?;
-        Ok(Compiled::new(art.lowered.clone(), art.executable.clone(), entry.jaxpr.clone(), entry.out_statics.clone()))
+        Ok(Compiled::new(
+            art.lowered.clone(),
+            art.executable.clone(),
+            entry.jaxpr.clone(),
+            entry.out_statics.clone(),
+            entry.out_tree.clone(),
+            entry.donated.clone(),
+        ))
     }
 }
 
@@ -389,6 +436,127 @@ pub(crate) fn run(exe: &pipeline::ExecutableRef, jaxpr: &ClosedJaxpr, inputs: Ve
         exe.execute(&refs)
     });
     Ok(outs.into_iter().map(Array::from_device).collect())
+}
+
+/// For each flat argument: the output whose buffer it donates to, by the lowering's rule
+/// (the first output not yet aliased with the same shape and dtype), or `None`.
+pub(crate) fn donation_aliases(in_avals: &[ShapedArray], out_avals: &[ShapedArray], donated: &[bool]) -> Vec<Option<usize>> {
+    let mut taken = vec![false; out_avals.len()];
+    in_avals
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            if !donated.get(i).copied().unwrap_or(false) {
+                return None;
+            }
+            let k = out_avals.iter().enumerate().position(|(k, o)| !taken[k] && o.shape == a.shape && o.dtype == a.dtype)?;
+            taken[k] = true;
+            Some(k)
+        })
+        .collect()
+}
+
+fn warnings_log() -> &'static Mutex<Vec<String>> {
+    static W: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    W.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Prints `UserWarning: <msg>` on stderr (as Python's `warnings.warn`) and records it.
+pub(crate) fn warn(msg: String) {
+    eprintln!("UserWarning: {msg}");
+    warnings_log().lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+}
+
+/// The warnings issued so far in this process, oldest first (for tests).
+#[doc(hidden)]
+pub fn warnings_issued() -> Vec<String> {
+    warnings_log().lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// JAX's warning for donated arguments that no output can reuse (once per compilation).
+fn warn_unusable_donations(j: &ClosedJaxpr, donated: &[bool]) {
+    let ins = j.jaxpr.in_avals();
+    let aliases = donation_aliases(&ins, &j.jaxpr.out_avals(), donated);
+    let unusable: Vec<String> = ins
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| donated.get(*i) == Some(&true) && aliases[*i].is_none())
+        .map(|(_, a)| a.long_strong())
+        .collect();
+    if !unusable.is_empty() {
+        warn(format!("Some donated buffers were not usable: {}.", unusable.join(", ")));
+    }
+}
+
+/// `run` with donation: each donated input that aliases an output (`donation_aliases`) is
+/// taken now (waiting for it if pending) and marked deleted, and its buffer receives that
+/// output. The compiled entry assumes inputs and outputs do not overlap, so the input is
+/// read from a copy made just before the run; the output lands in the donated allocation.
+/// A donated buffer still shared elsewhere (a jaxpr constant, say) is not reused, but the
+/// argument is deleted all the same.
+pub(crate) fn run_donating(
+    exe: &pipeline::ExecutableRef,
+    jaxpr: &ClosedJaxpr,
+    inputs: Vec<Arc<DeviceArray>>,
+    donated: &[bool],
+) -> Result<Vec<Array>> {
+    let aliases = donation_aliases(&jaxpr.jaxpr.in_avals(), &jaxpr.jaxpr.out_avals(), donated);
+    if aliases.iter().all(Option::is_none) {
+        return run(exe, jaxpr, inputs);
+    }
+    let mut taken: Vec<Option<Arc<Buffer>>> = vec![None; inputs.len()];
+    for (i, k) in aliases.iter().enumerate() {
+        if k.is_some() && taken[i].is_none() {
+            let b = inputs[i].wait()?;
+            for (j, d) in inputs.iter().enumerate() {
+                if Arc::ptr_eq(d, &inputs[i]) {
+                    taken[j] = Some(b.clone());
+                }
+            }
+        }
+    }
+    for (i, k) in aliases.iter().enumerate() {
+        if k.is_some() {
+            inputs[i].delete();
+        }
+    }
+    let out_avals = jaxpr.jaxpr.out_avals();
+    let n_out = out_avals.len();
+    let outs: Vec<Arc<DeviceArray>> = out_avals.into_iter().map(DeviceArray::pending).collect();
+    let exe = exe.clone();
+    dispatch::submit(outs.clone(), move || {
+        let mut bufs: Vec<Arc<Buffer>> = Vec::with_capacity(inputs.len());
+        let mut dests: Vec<Option<Buffer>> = (0..n_out).map(|_| None).collect();
+        for (i, (d, t)) in inputs.iter().zip(taken).enumerate() {
+            match t {
+                None => bufs.push(d.wait()?),
+                Some(b) => match (aliases[i], Arc::try_unwrap(b)) {
+                    (Some(k), Ok(own)) => {
+                        bufs.push(Arc::new(own.clone()));
+                        dests[k] = Some(own);
+                    }
+                    (_, Ok(own)) => bufs.push(Arc::new(own)),
+                    (_, Err(shared)) => bufs.push(shared),
+                },
+            }
+        }
+        let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
+        exe.execute_into(&refs, dests)
+    });
+    Ok(outs.into_iter().map(Array::from_device).collect())
+}
+
+/// `jax.eval_shape(f, args)`: the structure of `f`'s output with a `ShapeDtypeStruct` per
+/// leaf, found by tracing (nothing is compiled or run). `args` may be arrays or
+/// `ShapeDtypeStruct` specs. Errors: tracing errors.
+#[track_caller]
+pub fn eval_shape<A, O, F>(f: F, args: impl Args<A>) -> Result<ShapeTree>
+where
+    A: Pytree,
+    O: TraceOutput,
+    F: Fn(A) -> O + 'static,
+{
+    jit(f).eval_shape(args)
 }
 
 /// `jax.make_jaxpr(f)(args)`: the closed jaxpr of `f` at `args`.

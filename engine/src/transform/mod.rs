@@ -7,7 +7,7 @@ pub mod jit;
 pub mod pipeline;
 pub mod stages;
 
-pub use jit::{jit, make_jaxpr, Jitted};
+pub use jit::{eval_shape, jit, make_jaxpr, Jitted};
 pub use stages::{Compiled, Lowered, Traced};
 pub mod ad;
 pub mod ad_rules;

@@ -2,13 +2,13 @@
 //! (the MLIR module) → `Compiled` (native code, with its analyses) → call.
 //! Invariant: each stage is reached through the same caches as `Jitted::call`.
 
-use super::jit::{run, CacheEntry, Jitted, Signature};
+use super::jit::{run_donating, CacheEntry, Jitted, Signature};
 use super::pipeline::{self, ExecutableRef, StageOptions};
 use crate::compile::{cost_analysis, memory_analysis, CostAnalysis, MemoryAnalysis};
 use crate::error::{Error, Result};
 use crate::ir::{ClosedJaxpr, ShapeDtypeStruct, ShapedArray};
 use crate::lower::LoweredModule;
-use crate::trace::pytree::{ArgLeaf, Args, Flat, Pytree, StaticValue};
+use crate::trace::pytree::{ArgLeaf, Args, Flat, Pytree, StaticValue, TreeDef};
 use crate::trace::Array;
 use std::sync::Arc;
 
@@ -37,6 +37,10 @@ impl<A: Pytree, R: Pytree> Traced<A, R> {
             .map(|a| ShapeDtypeStruct { shape: a.shape, dtype: a.dtype, weak_type: a.weak_type })
             .collect()
     }
+    /// Structure of the output (`Traced.out_tree`).
+    pub fn out_tree(&self) -> &TreeDef {
+        &self.entry.out_tree
+    }
     /// Argument types of this trace.
     pub fn in_avals(&self) -> &[ShapedArray] {
         &self.sig.avals
@@ -45,7 +49,10 @@ impl<A: Pytree, R: Pytree> Traced<A, R> {
     pub fn lower(&self) -> Result<Lowered<A, R>> {
         let module = match self.entry.compiled.get() {
             Some(c) => c.lowered.clone(),
-            None => Arc::new(pipeline::lower_closed(&self.entry.jaxpr, self.f.name(), &StageOptions::default())?),
+            None => {
+                let opts = StageOptions { donated: self.entry.donated.clone(), ..Default::default() };
+                Arc::new(pipeline::lower_closed(&self.entry.jaxpr, self.f.name(), &opts)?)
+            }
         };
         Ok(Lowered { f: self.f.clone(), entry: self.entry.clone(), module })
     }
@@ -76,12 +83,21 @@ pub struct Compiled<A, R> {
     exe: ExecutableRef,
     jaxpr: ClosedJaxpr,
     out_statics: Vec<StaticValue>,
+    out_tree: TreeDef,
+    donated: Vec<bool>,
     _p: std::marker::PhantomData<fn(A) -> R>,
 }
 
 impl<A: Pytree, R: Pytree> Compiled<A, R> {
-    pub(crate) fn new(module: Arc<LoweredModule>, exe: ExecutableRef, jaxpr: ClosedJaxpr, out_statics: Vec<StaticValue>) -> Self {
-        Compiled { module, exe, jaxpr, out_statics, _p: std::marker::PhantomData }
+    pub(crate) fn new(
+        module: Arc<LoweredModule>,
+        exe: ExecutableRef,
+        jaxpr: ClosedJaxpr,
+        out_statics: Vec<StaticValue>,
+        out_tree: TreeDef,
+        donated: Vec<bool>,
+    ) -> Self {
+        Compiled { module, exe, jaxpr, out_statics, out_tree, donated, _p: std::marker::PhantomData }
     }
     /// The optimized module (after bufferization and loop lowering).
     pub fn as_text(&self) -> String {
@@ -146,7 +162,7 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
                 ArgLeaf::Spec(_) => Err(Error::type_error("cannot call a Compiled with ShapeDtypeStruct specs")),
             })
             .collect::<Result<Vec<_>>>()?;
-        let outs: Vec<Array> = run(&self.exe, &self.jaxpr, inputs)?;
-        crate::trace::pytree::unflatten_like::<R>("", outs, self.out_statics.clone())
+        let outs: Vec<Array> = run_donating(&self.exe, &self.jaxpr, inputs, &self.donated)?;
+        crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone())
     }
 }

@@ -1,0 +1,88 @@
+//! Buffer donation (`donate_argnums`): the lowered module marks donated arguments with
+//! `tf.aliasing_output`, the output reuses the donated buffer (same data pointer), the
+//! donated array is deleted (JAX's RuntimeError on use), unusable donations warn once.
+
+use jax::prelude::*;
+
+fn v(a: &Array) -> Vec<f32> {
+    a.to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn donated_buffer_is_reused_and_the_argument_deleted() {
+    let f = jit(|x: Array| x * 2.0 + 1.0).donate_argnums(&[0]);
+    let x = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let ptr = x.unsafe_buffer_pointer().unwrap();
+    let y = f.call(&x).unwrap();
+    assert_eq!(v(&y), vec![3.0, 5.0, 7.0, 9.0, 11.0, 13.0]);
+    assert_eq!(y.unsafe_buffer_pointer().unwrap(), ptr, "the output lives in the donated buffer");
+    assert!(x.is_deleted());
+    let e = x.to_vec::<f32>().unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Runtime);
+    assert_eq!(e.message, "Array has been deleted with shape=float32[2,3].");
+    // Passing the deleted array again is the same error.
+    let e = f.call(&x).unwrap_err();
+    assert_eq!(e.message, "Array has been deleted with shape=float32[2,3].");
+    // The result is an ordinary array: donating it again chains in place.
+    let z = f.call(&y).unwrap();
+    assert_eq!(z.unsafe_buffer_pointer().unwrap(), ptr);
+    assert_eq!(v(&z), vec![7.0, 11.0, 15.0, 19.0, 23.0, 27.0]);
+    assert!(y.is_deleted());
+}
+
+#[test]
+fn lowered_text_marks_donated_arguments() {
+    let f = jit(|(p, g, lr): (Array, Array, Array)| (p - g * lr.clone(), lr)).donate_argnums(&[0]);
+    let s = ShapeDtypeStruct::new(&[3], DType::F32);
+    let text = f.lower((&s, &s, &ShapeDtypeStruct::new(&[], DType::F32))).unwrap().as_text();
+    assert!(text.contains("%arg0: tensor<3xf32> {tf.aliasing_output = 0 : i32}"), "{text}");
+    assert!(!text.contains("%arg1: tensor<3xf32> {tf.aliasing_output"), "{text}");
+    // Undonated arguments stay usable; the donated one is deleted after a real call.
+    let (p, g) = (Array::from_slice(&[1.0f32, 2.0, 3.0]), Array::from_slice(&[1.0f32, 1.0, 1.0]));
+    let lr = Array::scalar(0.5f32);
+    let (p2, _) = f.call((&p, &g, &lr)).unwrap();
+    assert_eq!(v(&p2), vec![0.5, 1.5, 2.5]);
+    assert!(p.is_deleted() && !g.is_deleted() && !lr.is_deleted());
+    assert_eq!(v(&g), vec![1.0, 1.0, 1.0]);
+}
+
+#[test]
+fn a_pytree_argument_donates_every_leaf() {
+    // An SGD step on a Vec of parameters, donated: every parameter buffer is reused.
+    let step = jit(|(ps, gs): (Vec<Array>, Vec<Array>)| -> Vec<Array> {
+        ps.iter().zip(&gs).map(|(p, g)| p.clone() - g.clone() * 0.1).collect()
+    })
+    .donate_argnums(&[0]);
+    let ps = vec![Array::from_slice(&[1.0f32, 2.0]), Array::from_slice(&[3.0f32])];
+    let gs = vec![Array::from_slice(&[10.0f32, 10.0]), Array::from_slice(&[10.0f32])];
+    let ptrs: Vec<usize> = ps.iter().map(|p| p.unsafe_buffer_pointer().unwrap()).collect();
+    let out = step.call((&ps, &gs)).unwrap();
+    assert_eq!(out.iter().map(v).collect::<Vec<_>>(), vec![vec![0.0, 1.0], vec![2.0]]);
+    assert_eq!(out.iter().map(|p| p.unsafe_buffer_pointer().unwrap()).collect::<Vec<_>>(), ptrs);
+    assert!(ps.iter().all(|p| p.is_deleted()) && gs.iter().all(|g| !g.is_deleted()));
+}
+
+#[test]
+fn donation_reads_inputs_before_overwriting_them() {
+    // A reversal into the donated buffer must not read already-overwritten elements.
+    let f = jit(|x: Array| x.matmul(&x.t())).donate_argnums(&[0]);
+    let x = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let y = f.call(&x).unwrap();
+    assert_eq!(v(&y), vec![5.0, 11.0, 11.0, 25.0]);
+}
+
+#[test]
+fn unusable_donation_warns_once_and_keeps_the_argument() {
+    let f = jit(|x: Array| x.sum()).donate_argnums(&[0]);
+    let x = Array::from_slice(&[1.0f32, 2.0, 3.0]);
+    let before = jax::transform::jit::warnings_issued().len();
+    assert_eq!(v(&f.call(&x).unwrap()), vec![6.0]);
+    assert_eq!(v(&f.call(&x).unwrap()), vec![6.0]);
+    assert!(!x.is_deleted());
+    let w: Vec<String> = jax::transform::jit::warnings_issued()[before..]
+        .iter()
+        .filter(|w| w.contains("not usable"))
+        .cloned()
+        .collect();
+    assert_eq!(w, vec!["Some donated buffers were not usable: float32[3].".to_string()]);
+}
