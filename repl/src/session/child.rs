@@ -105,6 +105,7 @@ pub fn create_context(slot: &Slot, work_dir: Option<&std::path::Path>) -> Result
     if let Some(dir) = work_dir {
         command.current_dir(dir);
     }
+    command.env("LD_LIBRARY_PATH", child_library_path());
     let created = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || evcxr::EvalContext::with_subprocess_command(command)));
     let (eval, outputs) = match created {
         Ok(Ok(pair)) => pair,
@@ -115,6 +116,39 @@ pub fn create_context(slot: &Slot, work_dir: Option<&std::path::Path>) -> Result
         cmd: evcxr::CommandContext::with_eval_context(eval),
         outputs,
     })
+}
+
+/// `LD_LIBRARY_PATH` for the child: rustc's target library directory (where the cells'
+/// `libstd-*.so` lives), MLIR's library directory, then any inherited value.
+///
+/// Cells find libstd through a relative RUNPATH that rustc computes for `deps/`; evcxr
+/// loads the copy one directory up, so when the build slot and the toolchain share a
+/// prefix (a slot under `~/.cache` with rustup in `~/.rustup`) that path is wrong and
+/// `dlopen` fails. An explicit search path makes the slot location irrelevant.
+fn child_library_path() -> std::ffi::OsString {
+    let mut dirs: Vec<std::ffi::OsString> = Vec::new();
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    if let Ok(out) = std::process::Command::new(rustc).args(["--print", "target-libdir"]).output()
+        && out.status.success()
+    {
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !dir.is_empty() {
+            dirs.push(dir.into());
+        }
+    }
+    let mlir = std::env::var_os("MLIR_SYS_220_PREFIX").unwrap_or_else(|| "/usr/lib/llvm-22".into());
+    dirs.push(std::path::Path::new(&mlir).join("lib").into_os_string());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+        dirs.push(old);
+    }
+    let mut joined = std::ffi::OsString::new();
+    for (i, d) in dirs.iter().enumerate() {
+        if i > 0 {
+            joined.push(":");
+        }
+        joined.push(d);
+    }
+    joined
 }
 
 /// State shared between a [`super::Session`] and its [`InterruptHandle`]s.
