@@ -5,8 +5,10 @@ samples below check real values (stdout text, the execute_result of `1 + 2`, is_
 verdicts, completion matches, inspect text). History and the pager are not implemented
 (the kernel answers history_request with an empty list), so those tests are skipped.
 
-The suite's own reply timeout is 15 s per request, so each kernel is warmed up first
-(session start, evcxr context, prelude) with a generous timeout.
+The suite's own reply timeout is 15 s per request: each kernel is warmed up first (session
+start, evcxr context, prelude) with a generous timeout, and the per-request timeout is
+raised to CELL_TIMEOUT, since a cell that binds engine types can take seconds of type
+inference on two busy cores.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 
 import jupyter_kernel_test as jkt
 import pytest
-from conftest import FIRST_CELL_TIMEOUT, KERNEL_NAME
+from conftest import CELL_TIMEOUT, FIRST_CELL_TIMEOUT, KERNEL_NAME
 
 
 def warm_up(kc) -> None:
@@ -50,8 +52,13 @@ class JaxreplKernelTests(jkt.KernelTests):
 
     @classmethod
     def setUpClass(cls) -> None:
+        # Read at call time by test_kernel_info and test_inspect; execute_helper below.
+        jkt.TIMEOUT = CELL_TIMEOUT
         super().setUpClass()
         warm_up(cls.kc)
+
+    def execute_helper(self, code, timeout=CELL_TIMEOUT, **kwargs):
+        return super().execute_helper(code, timeout=timeout, **kwargs)
 
     code_hello_world = 'println!("hello, world");'
     code_stderr = 'eprintln!("something went to stderr");'
