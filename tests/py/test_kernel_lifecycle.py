@@ -244,6 +244,28 @@ def test_a_dead_evaluation_child_is_reported_and_replaced(kernel):
     assert result_text(run(kc, "11 * 11")[1]) == "121"
 
 
+prelude_off = pytest.mark.skipif(
+    os.environ.get("JAXREPL_NO_PRELUDE", "") not in ("", "0"),
+    reason="JAXREPL_NO_PRELUDE is set: the engine is not loaded",
+)
+
+
+@prelude_off
+def test_engine_cells_through_the_kernel(kernel):
+    _, kc = kernel
+    assert run(kc, "let x = jnp::arange(3.0);")[0]["status"] == "ok"
+    reply, outputs = run(kc, "let f = jit(|x: Array| x.sin() * 2.0 + 1.0);\nf.call(&x)")
+    assert reply["status"] == "ok", reply
+    assert result_text(outputs) == "Array([1.      , 2.682942, 2.818595], dtype=float32)"
+    reply, outputs = run(kc, "%jaxpr f.call(&x)")
+    assert result_text(outputs).startswith("{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n")
+    # an engine error value: one error output naming the op and both shapes
+    reply, outputs = run(kc, "jnp::add(&x, &jnp::arange(4.0))")
+    assert (reply["status"], reply["ename"]) == ("error", "TypeError")
+    assert "add got incompatible shapes for broadcasting: (3,), (4,)" in reply["evalue"]
+    assert [m["msg_type"] for m in outputs] == ["error"]
+
+
 # ---------------------------------------------------------------- interrupt, signals
 
 
