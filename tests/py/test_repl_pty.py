@@ -11,6 +11,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 
 import pexpect
 import pytest
@@ -127,5 +128,17 @@ def test_engine_cell_in_the_terminal():
     # numpy-style repr: sin(x) * 2 + 1 at 0 and 1 (float32: 2.682942).
     child.expect(r"Array\(\[\s*1\.\s*,\s*2\.682942", timeout=ENGINE_TIMEOUT_S)
     expect_prompt(child, 2)
+
+    # Ctrl-C during engine work (timeit runs for about 2 s once the cell has started) stops
+    # it with the engine's error, and the variables stay: the next cell uses `f` and `x`.
+    child.send("println!(\"started\"); jax::magic::timeit(|| f.call(&x))\r")
+    child.expect(r"\r\nstarted\r\n", timeout=CELL_TIMEOUT_S)
+    child.send("\x03")
+    child.expect(r"(KeyboardInterrupt|Interrupted)", timeout=CELL_TIMEOUT_S)
+    child.expect(r"\(interrupted\)")
+    expect_prompt(child, 3)
+    child.send("f.call(&x)\r")
+    child.expect(r"Array\(\[\s*1\.\s*,\s*2\.682942", timeout=CELL_TIMEOUT_S)
+    expect_prompt(child, 4)
     child.sendeof()
     child.expect(pexpect.EOF, timeout=60)

@@ -193,6 +193,8 @@ impl Session {
             let worker = scope.spawn(move || catch_unwind(AssertUnwindSafe(|| cmd.execute(code))));
             let outs = &ctx.outputs;
             let mut killed = false;
+            let mut last_probe: Option<Instant> = None;
+            let mut grace_from: Option<Instant> = None;
             loop {
                 let mut idle = true;
                 while let Ok(line) = outs.stdout.try_recv() {
@@ -209,14 +211,25 @@ impl Session {
                 let asked = *shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(at) = asked
                     && !killed
-                    && at.elapsed() >= INTERRUPT_GRACE
                 {
-                    // Only the child that ran this cell: after a death evcxr may already
-                    // have started a new one.
-                    if cell_pid.is_some() && shared.child_pid() == cell_pid {
-                        shared.signal_child(libc::SIGKILL);
+                    // The grace period counts only while the cell runs: while evcxr still
+                    // compiles it, the child is idle and the engine will see the flag as
+                    // soon as the cell starts.
+                    if last_probe.is_none_or(|t: Instant| t.elapsed() >= Duration::from_millis(100)) {
+                        last_probe = Some(Instant::now());
+                        if compiling_now() {
+                            grace_from = Some(Instant::now());
+                        }
                     }
-                    killed = true;
+                    let from = grace_from.map_or(at, |g| g.max(at));
+                    if from.elapsed() >= INTERRUPT_GRACE {
+                        // Only the child that ran this cell: after a death evcxr may already
+                        // have started a new one.
+                        if cell_pid.is_some() && shared.child_pid() == cell_pid {
+                            shared.signal_child(libc::SIGKILL);
+                        }
+                        killed = true;
+                    }
                 }
                 if idle {
                     if let Ok(line) = outs.stdout.recv_timeout(Duration::from_millis(5)) {
@@ -259,12 +272,20 @@ impl Session {
                     (true, false) => ExecStatus::Error,
                 }
             }
-            Ok(Err(evcxr::Error::CompilationErrors(errors))) => {
-                sink(render::compile_errors(&errors, code));
-                if interrupted { ExecStatus::Interrupted } else { ExecStatus::Error }
-            }
             Ok(Err(evcxr::Error::SubprocessTerminated(msg))) => {
                 return self.recover_child(&msg, &vars_before, interrupted, sink);
+            }
+            Ok(Err(_)) if interrupted => {
+                // In a terminal, Ctrl-C also reaches the compiler evcxr is running.
+                sink(render::simple_error(
+                    "Interrupted",
+                    "interrupted while the cell was being compiled: nothing ran, and every variable is kept",
+                ));
+                ExecStatus::Interrupted
+            }
+            Ok(Err(evcxr::Error::CompilationErrors(errors))) => {
+                sink(render::compile_errors(&errors, code));
+                ExecStatus::Error
             }
             Ok(Err(evcxr::Error::TypeRedefinedVariablesLost(lost))) => {
                 sink(render::simple_error(
@@ -275,7 +296,7 @@ impl Session {
             }
             Ok(Err(other)) => {
                 sink(render::simple_error("Error", other.to_string()));
-                if interrupted { ExecStatus::Interrupted } else { ExecStatus::Error }
+                ExecStatus::Error
             }
             Err(()) => {
                 // evcxr itself panicked: its state is unknown, so start afresh next time.
@@ -355,6 +376,29 @@ impl Session {
             self.vars.clear();
         }
     }
+}
+
+/// Whether evcxr is compiling a cell right now: a `cargo` or `rustc` process whose parent
+/// is this process (Linux `/proc`; false where it cannot be read).
+fn compiling_now() -> bool {
+    let me = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str() else { continue };
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid ...`; comm may contain spaces, so split at the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let comm = &stat[open + 1..close];
+        let ppid = stat[close + 1..].split_whitespace().nth(1);
+        if ppid == Some(me.as_str()) && (comm == "cargo" || comm.starts_with("rustc")) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Completion: static candidates plus rust-analyzer's when a context is available.

@@ -95,11 +95,19 @@ pub fn panic_output(json: &str, cell: &str, generated: Option<&str>) -> Output {
         format!("thread '{thread}' panicked at {shown}:")
     }];
     traceback.extend(message.lines().map(str::to_string));
-    Output::Error {
-        ename: "Panic".into(),
-        evalue: message,
-        traceback,
-    }
+    // The engine's eager operators panic with `SomeError: message` (DESIGN.md): keep
+    // that class name, as JAX would raise it.
+    let (ename, evalue) = match message.split_once(": ") {
+        Some((class, rest))
+            if class.ends_with("Error")
+                && class.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && class.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            (class.to_string(), rest.to_string())
+        }
+        _ => ("Panic".to_string(), message),
+    };
+    Output::Error { ename, evalue, traceback }
 }
 
 /// Maps `src/lib.rs:LINE:COL` in evcxr's generated crate to `cell:LINE:COL` by finding the
@@ -285,6 +293,17 @@ mod tests {
             map_locations_in("  (traced at src/lib.rs:2:13) and src/lib.rs:x", "let y = f.call(&x);", Some(generated)),
             "  (traced at cell:1:9) and src/lib.rs:x"
         );
+    }
+
+    #[test]
+    fn engine_panics_keep_their_error_class() {
+        let json = r#"{"message":"TypeError: add got incompatible shapes","location":"x.rs:1:1","thread":"main"}"#;
+        let Output::Error { ename, evalue, traceback } = panic_output(json, "", None) else { panic!() };
+        assert_eq!((ename.as_str(), evalue.as_str()), ("TypeError", "add got incompatible shapes"));
+        assert_eq!(traceback, vec!["panicked at x.rs:1:1:", "TypeError: add got incompatible shapes"]);
+        let json = r#"{"message":"Not an Error: x","location":"","thread":""}"#;
+        let Output::Error { ename, .. } = panic_output(json, "", None) else { panic!() };
+        assert_eq!(ename, "Panic");
     }
 
     #[test]
