@@ -202,7 +202,7 @@ impl TreeDef {
                     })
                     .collect()
             }
-            d => vec![0..d.num_leaves()],
+            d => std::iter::once(0..d.num_leaves()).collect(),
         }
     }
     /// Rebuilds a `T` of this structure from `leaves` (JAX's `tree_unflatten`).
@@ -409,7 +409,7 @@ pub struct Flat {
 impl Flat {
     /// Flattens `x` into this `Flat`'s leaves and returns `x`'s structure (for
     /// container implementations: flatten each child, collect the structures).
-    pub fn child<T: Pytree + ?Sized>(&mut self, x: &T) -> TreeDef {
+    pub fn child<T: Pytree>(&mut self, x: &T) -> TreeDef {
         x.flatten(self);
         std::mem::take(&mut self.treedef)
     }
