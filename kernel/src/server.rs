@@ -172,10 +172,10 @@ async fn control_loop<B: Backend + 'static>(
             }
             _ => unknown_request(&msg),
         };
-        if let Some(reply) = reply {
-            if let Err(e) = control.send(reply).await {
-                eprintln!("jaxrepl-kernel: control send failed: {e}");
-            }
+        if let Some(reply) = reply
+            && let Err(e) = control.send(reply).await
+        {
+            eprintln!("jaxrepl-kernel: control send failed: {e}");
         }
         if exit {
             let _ = shutdown.send(());
@@ -213,10 +213,10 @@ async fn shell_loop<B: Backend + 'static>(
         };
         let _ = state.publish.send(iopub(Status::busy(), &msg));
         let handled = state.handle(&msg).await;
-        if let Some(reply) = handled.reply {
-            if let Err(e) = shell.send(reply).await {
-                eprintln!("jaxrepl-kernel: shell send failed: {e}");
-            }
+        if let Some(reply) = handled.reply
+            && let Err(e) = shell.send(reply).await
+        {
+            eprintln!("jaxrepl-kernel: shell send failed: {e}");
         }
         // Before idle: a client that waits for idle before its next request (nbclient,
         // consoles) cannot have sent one yet, so only pipelined requests are aborted.

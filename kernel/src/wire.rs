@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use zeromq::SocketRecv;
 
 /// One message read from a ROUTER socket.
+#[allow(clippy::large_enum_variant)] // one per message read, moved once: boxing buys nothing
 pub enum Incoming {
     /// A well-formed, correctly signed message.
     Message(JupyterMessage),
