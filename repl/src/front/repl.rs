@@ -103,6 +103,9 @@ pub fn run(opts: SessionOptions) -> Result<()> {
                 let _ = editor.add_history_entry(line.as_str());
                 let _ = editor.save_history(&history);
                 let t0 = Instant::now();
+                if !session.borrow().is_ready() {
+                    eprintln!("(the session is still starting: evaluation process and engine prelude; Ctrl-C stops waiting)");
+                }
                 let status = session.borrow_mut().execute(&line, &mut |o| printer.print(&o));
                 if std::env::var_os("JAXREPL_TIMING").is_some() {
                     eprintln!("[timing] cell {count}: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);

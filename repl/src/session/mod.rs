@@ -237,6 +237,15 @@ impl Session {
         }
     }
 
+    /// Whether start-up (evaluation child and prelude) has finished, so the next execute
+    /// will not wait for it. Does not block.
+    pub fn is_ready(&self) -> bool {
+        match &self.state {
+            State::Starting(handle) => handle.is_finished(),
+            _ => true,
+        }
+    }
+
     /// A handle that interrupts this session's running cell from another thread.
     pub fn interrupt_handle(&self) -> InterruptHandle {
         InterruptHandle { shared: self.shared.clone() }
