@@ -335,11 +335,19 @@ def test_restart_gives_a_fresh_session():
         km.shutdown_kernel(now=False)
 
 
-def test_shutdown_replies_and_ends_the_evaluation_child():
+def test_shutdown_during_a_running_cell_ends_kernel_and_evaluation_child():
     km, kc = start_kernel()
     pid = km.provisioner.process.pid
     evaluation_children = children_of(pid)
     assert evaluation_children, "the session should have started its evaluation child"
+    # A cell that will not finish on its own: control must still answer, and the
+    # evaluation child must not outlive the kernel.
+    msg_id = kc.execute('println!("busy");\nloop { std::thread::sleep(std::time::Duration::from_secs(1)); }')
+    deadline = time.monotonic() + CELL_TIMEOUT
+    while True:
+        msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+            break
     msg_id = kc.shutdown()
     reply = kc.get_control_msg(timeout=10)
     assert reply["parent_header"]["msg_id"] == msg_id
