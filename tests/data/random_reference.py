@@ -13,7 +13,8 @@ import numpy as np
 assert jax.__version__ == "0.10.2", jax.__version__
 K = jax.random.key
 kd = lambda k: np.asarray(jax.random.key_data(k)).tolist()
-fl = lambda a: [float(v) for v in np.asarray(a, dtype=np.float32).ravel()]
+# JSON has no infinities: they are written as the strings "inf" / "-inf".
+fl = lambda a: [float(v) if np.isfinite(v) else str(float(v)) for v in np.asarray(a, dtype=np.float32).ravel()]
 ints = lambda a: [int(v) for v in np.asarray(a).ravel()]
 shp = lambda a: list(np.shape(a))
 

@@ -159,6 +159,41 @@ pub fn promote_types(a: DType, b: DType) -> DType {
     crate::trace::array::canonicalize_dtype(promote_lattice((a, false), (b, false)).0)
 }
 
+/// JAX's warning for an explicitly requested 64-bit dtype while `jax_enable_x64` is off
+/// (`dtypes.check_user_dtype_supported`), e.g. `UserWarning: Explicitly requested dtype
+/// float64 requested in zeros is not available, and will be truncated to dtype float32. ...`.
+pub fn x64_truncation_warning(dtype: DType, fun_name: &str) -> String {
+    format!(
+        "UserWarning: Explicitly requested dtype {} requested in {fun_name} is not available, and will be truncated to dtype {}. \
+         To enable more dtypes, set the jax_enable_x64 configuration option or the JAX_ENABLE_X64 shell environment variable. \
+         See https://github.com/jax-ml/jax#current-gotchas for more.",
+        dtype.name(),
+        crate::trace::array::canonicalize_dtype(dtype).name()
+    )
+}
+
+/// The dtype an explicit request for `dtype` in `fun_name` (`"zeros"`, `"astype"`, ...)
+/// gets: `dtype` itself, or its 32-bit counterpart while `jax_enable_x64` is off, in which
+/// case JAX's `UserWarning` is printed on stderr, once per process for each dtype and
+/// function (as Python's default warning filter shows it once per call site).
+pub fn check_user_dtype_supported(dtype: DType, fun_name: &str) -> DType {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<HashSet<(DType, String)>>> = OnceLock::new();
+    let c = crate::trace::array::canonicalize_dtype(dtype);
+    if c != dtype {
+        let first = SEEN
+            .get_or_init(|| Mutex::new(HashSet::new()))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((dtype, fun_name.to_string()));
+        if first {
+            eprintln!("{}", x64_truncation_warning(dtype, fun_name));
+        }
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

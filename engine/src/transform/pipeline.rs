@@ -148,6 +148,11 @@ pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(Execut
     h.update(m.text.as_bytes());
     h.update(&[opt_level]);
     h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    // MLIR integers are signless: uint32 and int32 signatures can lower to the same text,
+    // but the executable checks its argument and result dtypes, so they are in the key.
+    for a in m.in_avals.iter().chain(&m.out_avals) {
+        h.update(a.dtype.short_name().as_bytes());
+    }
     let key = h.finalize();
     if let Some(e) = exe_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok((e.clone(), true));
