@@ -181,10 +181,7 @@ fn vec_and_hashmap_arguments_and_results() {
     let t = g.trace(&m).unwrap();
     assert_eq!(t.out_tree().to_string(), "PyTreeDef({'a': *, 'sum': *})");
     // The jaxpr takes the dict's leaves in sorted key order: a then b.
-    expect_test::expect![[r#"
-        { lambda ; a:f32[1] b:f32[1]. let
-            c:f32[1] = add a b
-          in (a, c) }"#]]
+    expect_test::expect!["{ lambda ; a:f32[1] b:f32[1]. let c:f32[1] = add a b in (a, c) }"]
     .assert_eq(&t.jaxpr().to_string());
 }
 

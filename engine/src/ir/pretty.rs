@@ -205,7 +205,7 @@ impl Printer {
             return;
         }
         // A one-equation sub-jaxpr fits on one line, as JAX prints short branches.
-        if indent > 0 && body.len() == 1 && !body[0].contains('\n') {
+        if body.len() == 1 && !body[0].contains('\n') {
             let one = format!("{head} {} in {outs} }}", body[0]);
             if indent + one.len() <= WIDTH {
                 self.out.push_str(&one);
