@@ -5,6 +5,9 @@
 //! zero derivatives of the piecewise-constant and integer-valued ones; and second
 //! derivatives through a few rules.
 
+// `s![a..b;-1]` with a > b is numpy's reversed slice, not an empty range.
+#![allow(clippy::reversed_empty_ranges)]
+
 use jax::ir::{ConvDims, CumOp, GatherDims, GatherMode, Primitive, ScatterDims, ScatterOp, WindowOp};
 use jax::prelude::*;
 use jax::s;

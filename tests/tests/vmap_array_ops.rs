@@ -3,6 +3,9 @@
 //! unbatched operand and the reverse for gather/scatter/dynamic slices, batched padding
 //! values, and convolutions with a batched lhs, rhs or both (with feature groups).
 
+// `s![a..b;-1]` with a > b is numpy's reversed slice, not an empty range.
+#![allow(clippy::reversed_empty_ranges)]
+
 use jax::ir::{ConvDims, CumOp, GatherDims, GatherMode, Primitive, ScatterDims, ScatterOp, WindowOp};
 use jax::prelude::*;
 use jax::s;

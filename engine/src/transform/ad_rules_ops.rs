@@ -391,7 +391,10 @@ fn scatter_extremal_parts(x: &Array, idx: &Array, u: &Array, y: &Array, dn: &Sca
     Ok((retained, succ, cnt))
 }
 
-fn conv_params(p: &Primitive) -> Result<(&[usize], &[(i64, i64)], &[usize], &[usize], &ConvDims, usize)> {
+/// A convolution's (strides, padding, lhs dilation, rhs dilation, layouts, feature groups).
+type ConvParams<'a> = (&'a [usize], &'a [(i64, i64)], &'a [usize], &'a [usize], &'a ConvDims, usize);
+
+fn conv_params(p: &Primitive) -> Result<ConvParams<'_>> {
     match p {
         Primitive::ConvGeneralDilated { window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, .. } => {
             Ok((window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers, *feature_group_count))

@@ -55,7 +55,7 @@ fn stacked_starts(starts: &[BVal], b: usize) -> Result<Array> {
         })
         .collect::<Result<Vec<_>>>()?;
     if parts.is_empty() {
-        return Ok(lax::reshape(&lax::iota(DType::I32, &[b], 0)?, &[b, 1])?);
+        return lax::reshape(&lax::iota(DType::I32, &[b], 0)?, &[b, 1]);
     }
     let idx = lax::concatenate(&parts, 1)?;
     prepend_batch_index(&idx)
