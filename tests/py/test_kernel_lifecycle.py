@@ -219,6 +219,24 @@ def test_requests_the_kernel_cannot_honour_are_answered(kernel):
     reply, _ = collect(kc, msg["header"]["msg_id"], timeout=30)
     assert reply["msg_type"] == "execute_reply"
     assert (reply["content"]["status"], reply["content"]["ename"]) == ("error", "BadRequest")
+    # history is not kept: an empty, well-formed reply
+    msg_id = kc.history(hist_access_type="tail", n=10)
+    reply = kc.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert (reply["content"]["status"], reply["content"]["history"]) == ("ok", [])
+    # no comm targets: comm_info lists none, and a comm_open is closed at once
+    msg_id = kc.comm_info()
+    reply = kc.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert (reply["content"]["status"], reply["content"]["comms"]) == ("ok", {})
+    msg = kc.session.msg("comm_open", {"comm_id": "c-1", "target_name": "nothing", "data": {}})
+    kc.shell_channel.send(msg)
+    deadline = time.monotonic() + 30
+    while True:
+        out = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if out["parent_header"].get("msg_id") == msg["header"]["msg_id"] and out["msg_type"] == "comm_close":
+            assert out["content"]["comm_id"] == "c-1"
+            break
     # the kernel still works
     assert result_text(run(kc, "5 * 5")[1]) == "25"
 

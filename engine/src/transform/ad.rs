@@ -75,6 +75,13 @@ pub fn jvp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], tangents: &[Opt
             }
             continue;
         }
+        if let Some((outs, touts)) = super::ad_rules_ops::jvp_multi(&e.primitive, &ins, &ts)? {
+            for ((v, o), dt) in e.outputs.iter().zip(outs).zip(touts) {
+                p.set(v, o);
+                t.set(v, dt);
+            }
+            continue;
+        }
         if !e.primitive.sub_jaxprs().is_empty() {
             let (outs, touts) = super::control_ad::control_jvp(&e.primitive, &ins, &ts)?;
             for ((v, o), dt) in e.outputs.iter().zip(outs).zip(touts) {
@@ -191,6 +198,12 @@ pub fn vjp_jaxpr_known(
                 continue;
             }
             super::control_ad::control_vjp(&e.primitive, ins, &cts)?
+        } else if super::ad_rules_ops::is_multi(&e.primitive) {
+            let cts: Vec<Option<Array>> = e.outputs.iter().map(|o| ct.remove(&o.id)).collect();
+            if cts.iter().all(|c| c.is_none()) {
+                continue;
+            }
+            super::ad_rules_ops::vjp_multi(&e.primitive, ins, outs, &cts)?
         } else {
             let g = match e.outputs.first().and_then(|o| ct.remove(&o.id)) {
                 Some(g) => g,

@@ -171,7 +171,7 @@ pub fn jvp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ts: &[Opt], out_av
         .expect("some tangent"),
         StopGradient => return Ok(None),
         _ if p.is_comparison() => return Ok(None),
-        _ => return Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", p.name()))),
+        _ => return super::ad_rules_ops::jvp(p, ins, outs, ts, out_aval),
     };
     Ok(Some(fit(r, out_aval)?))
 }
@@ -323,6 +323,6 @@ pub fn vjp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ct: &Array) -> Res
         StopGradient => Ok(vec![None]),
         DebugCallback { .. } | Iota { .. } => Ok(vec![None; ins.len()]),
         _ if p.is_comparison() || matches!(p, And | Or | Not) => Ok(vec![None; ins.len()]),
-        _ => Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", p.name()))),
+        _ => super::ad_rules_ops::vjp(p, ins, outs, ct),
     }
 }

@@ -14,9 +14,9 @@ use std::panic::Location;
 
 /// A value in the batching interpreter: the array and whether its dim 0 is the batch.
 #[derive(Clone)]
-struct BVal {
-    x: Array,
-    batched: bool,
+pub(super) struct BVal {
+    pub(super) x: Array,
+    pub(super) batched: bool,
 }
 
 fn arr(a: &Array) -> Operand {
@@ -35,7 +35,7 @@ pub fn move_axis(x: &Array, from: usize, to: usize) -> Result<Array> {
 
 /// `x` batched to `[b, *shape]`: unbatched values are broadcast, batched 0-d values
 /// (implicit scalars of an elementwise op) are broadcast along the new dims.
-fn to_full(v: &BVal, b: usize, shape: &[usize]) -> Result<Array> {
+pub(super) fn to_full(v: &BVal, b: usize, shape: &[usize]) -> Result<Array> {
     let mut full = vec![b];
     full.extend(shape);
     let s = v.x.shape();
@@ -146,7 +146,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
         Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => {
             batch_scan(jaxpr, *length, *reverse, *unroll, *num_consts, *num_carry, ins, b)
         }
-        _ => Err(Error::type_error(format!("Batching rule for '{}' not implemented", p.name()))),
+        _ => super::batching_ops::batch(p, ins, out, b),
     }
 }
 

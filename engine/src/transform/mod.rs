@@ -11,11 +11,13 @@ pub use jit::{eval_shape, jit, make_jaxpr, Jitted};
 pub use stages::{Compiled, Lowered, Traced};
 pub mod ad;
 pub mod ad_rules;
+pub mod ad_rules_ops;
 pub mod interp;
 
 pub use custom::{checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp};
 pub use ad::{grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp};
 pub mod batching;
+pub mod batching_ops;
 pub use batching::{vmap, vmap_axes};
 pub mod control_ad;
 pub mod custom;

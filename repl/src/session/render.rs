@@ -126,7 +126,16 @@ fn map_location(location: &str, cell: &str, generated: Option<&str>) -> Option<S
     if want.is_empty() {
         return None;
     }
-    let cell_line = cell.lines().position(|l| l.trim() == want)? + 1;
+    // The location may belong to an earlier cell's generated crate (a function defined
+    // there, traced now): map only a distinctive line that occurs exactly once.
+    if want.chars().filter(|c| c.is_alphanumeric()).count() < 3 {
+        return None;
+    }
+    let mut hits = cell.lines().enumerate().filter(|(_, l)| l.trim() == want);
+    let cell_line = hits.next()?.0 + 1;
+    if hits.next().is_some() {
+        return None;
+    }
     let cell_text = cell.lines().nth(cell_line - 1)?;
     // Columns shift by the difference in leading whitespace.
     let lead_gen = text.len() - text.trim_start().len();
@@ -304,6 +313,14 @@ mod tests {
         let json = r#"{"message":"Not an Error: x","location":"","thread":""}"#;
         let Output::Error { ename, .. } = panic_output(json, "", None) else { panic!() };
         assert_eq!(ename, "Panic");
+    }
+
+    #[test]
+    fn ambiguous_or_bare_lines_are_not_mapped() {
+        let generated = "fn run() {\n    }\n    let a = 1;\n}";
+        assert_eq!(map_location("src/lib.rs:2:5", "}\n}", Some(generated)), None);
+        assert_eq!(map_location("src/lib.rs:3:5", "let a = 1;\nlet a = 1;", Some(generated)), None);
+        assert_eq!(map_location("src/lib.rs:3:5", "let b = 0;\nlet a = 1;", Some(generated)).as_deref(), Some("cell:2:1"));
     }
 
     #[test]
