@@ -47,7 +47,7 @@ NOTEBOOK ?= notebooks/201-01-jit.ipynb
 PYTEST_ARGS ?=
 BENCH_BIN ?= bench
 
-.PHONY: help setup build run test test-rust test-warm test-py kernelspec bench clean-jupyter
+.PHONY: help setup build run repl test test-rust test-warm test-py kernelspec bench clean-jupyter
 
 help:
 	@echo "make run    install what is missing, build, run $(NOTEBOOK) in jaxrepl (prints every cell and output)"
@@ -64,6 +64,10 @@ build: setup
 
 run: build
 	cd $(ROOT) && $(JAXREPL_BIN) $(NOTEBOOK)
+
+# The interactive prompt (not part of the two commands; handy after `make run`).
+repl: build
+	cd $(ROOT) && $(JAXREPL_BIN)
 
 test: build test-rust test-warm test-py
 
