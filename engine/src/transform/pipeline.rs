@@ -56,7 +56,7 @@ pub fn clear_executable_cache() {
 /// Rewrites a jaxpr for lowering: 0-d operands of elementwise ops with shaped outputs
 /// are broadcast explicitly (JAX prints `mul a 2.0:f32[]`; lowering wants equal shapes).
 pub fn canonicalize(j: &Jaxpr) -> Jaxpr {
-    let mut next = max_var_id(j) + 1;
+    let mut next = crate::lax::control::max_id(j) + 1;
     let mut eqns = Vec::with_capacity(j.eqns.len());
     for e in &j.eqns {
         let mut e = e.clone();
@@ -118,19 +118,6 @@ pub fn canonicalize(j: &Jaxpr) -> Jaxpr {
         eqns.push(e);
     }
     Jaxpr { eqns, ..j.clone() }
-}
-
-fn max_var_id(j: &Jaxpr) -> u32 {
-    let mut m = 0;
-    for v in j.constvars.iter().chain(&j.invars) {
-        m = m.max(v.id);
-    }
-    for e in &j.eqns {
-        for v in &e.outputs {
-            m = m.max(v.id);
-        }
-    }
-    m
 }
 
 /// Lowers a closed jaxpr to an MLIR module (after `canonicalize`).
