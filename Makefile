@@ -59,8 +59,11 @@ help:
 setup:
 	@bash $(ROOT)/scripts/setup.sh
 
+# `--tests` too: `cargo test` unifies dependency features with the dev-dependencies, and a
+# bins-only build with other features would rebuild evcxr's rust-analyzer crates each time
+# the two alternate in the shared target directory.
 build: setup
-	cd $(ROOT) && $(NICE) $(CARGO) build --workspace --bins $(CARGO_FLAGS)
+	cd $(ROOT) && $(NICE) $(CARGO) build --workspace --bins --tests $(CARGO_FLAGS)
 
 run: build
 	cd $(ROOT) && $(JAXREPL_BIN) $(NOTEBOOK)

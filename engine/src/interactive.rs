@@ -28,6 +28,17 @@ impl TextRepr for ShapeDtypeStruct {
         self.to_string()
     }
 }
+macro_rules! text_repr_display {
+    ($($t:ty),+) => {$(
+        impl TextRepr for $t {
+            fn text_repr(&self) -> String {
+                format!("{self:?}")
+            }
+        }
+    )+};
+}
+text_repr_display!(bool, f32, f64, i32, i64, u32, u64, usize, String);
+
 impl TextRepr for () {
     fn text_repr(&self) -> String {
         String::new()

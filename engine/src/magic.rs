@@ -228,6 +228,7 @@ pub fn help() -> Text {
          \x20 %explain        why recent calls traced or compiled (trace / executable cache)\n\
          \x20 %help           this text\n\
          Engine: jnp::arange, jnp::linspace, jnp::zeros/ones/full, jit(|x: Array| ...), f.call(&x),\n\
+         grad(f)(x), value_and_grad, jvp, vjp, vmap(f)(x), lax::cond/while_loop/fori_loop/scan, jax::random, jax::nn,\n\
          f.trace(&x)?.lower()?.compile()?, make_jaxpr(f, &x), debug::print!(\"{}\", x),\n\
          config::update(\"jax_explain_cache_misses\", true), x.block_until_ready()"
             .to_string(),

@@ -205,6 +205,11 @@ impl Array {
         if let Repr::Tracer(t) = &self.0 {
             return Err(concretization_error(t, "a concrete value"));
         }
+        if self.size() != 1 && T::DTYPE == DType::Bool {
+            return Err(Error::value_error(
+                "The truth value of an array with more than one element is ambiguous. Use a.any() or a.all()",
+            ));
+        }
         if self.size() != 1 {
             return Err(Error::value_error(format!(
                 "item() needs an array of size 1, got shape {}",
