@@ -111,3 +111,73 @@ fn x64_truncation_warning_is_jaxs_text() {
     assert_eq!(promotion::check_user_dtype_supported(DType::I64, "arange"), DType::I32);
     assert_eq!(promotion::check_user_dtype_supported(DType::BF16, "arange"), DType::BF16);
 }
+
+/// The truncation warnings recorded since `before` that name `fun`.
+fn truncations(before: usize, fun: &str) -> Vec<String> {
+    let tag = format!("requested in {fun} is");
+    jax::transform::jit::warnings_issued()[before..].iter().filter(|w| w.contains(&tag)).cloned().collect()
+}
+
+#[test]
+fn creation_functions_truncate_64_bit_dtypes_with_jaxs_warning() {
+    // jax 0.10.2, x64 off: every creation function given dtype=float64 returns float32 and
+    // warns "Explicitly requested dtype float64 requested in <fun> is not available, ...".
+    let x = Array::from_slice(&[1.5f32, 2.5]);
+    let before = jax::transform::jit::warnings_issued().len();
+    let cases: Vec<(&str, Box<dyn Fn() -> Array>, Vec<f64>)> = vec![
+        ("zeros", Box::new(|| jnp::zeros(&[2], DType::F64)), vec![0.0, 0.0]),
+        ("ones", Box::new(|| jnp::ones(&[2], DType::F64)), vec![1.0, 1.0]),
+        ("full", Box::new(|| jnp::full(&[2], 3.0, DType::F64)), vec![3.0, 3.0]),
+        ("empty", Box::new(|| jnp::empty(&[2], DType::F64)), vec![0.0, 0.0]),
+        ("arange", Box::new(|| jnp::arange_dtype(0.0, 2.0, 1.0, DType::F64).unwrap()), vec![0.0, 1.0]),
+        ("linspace", Box::new(|| jnp::linspace_dtype(0.0, 1.0, 2, DType::F64).unwrap()), vec![0.0, 1.0]),
+        ("eye", Box::new(|| jnp::eye(1, None, 0, DType::F64).unwrap()), vec![1.0]),
+        ("tri", Box::new(|| jnp::tri(1, None, 0, DType::F64).unwrap()), vec![1.0]),
+        ("array", Box::new(|| jnp::array_dtype(&[1.25f64, 2.0], DType::F64).unwrap()), vec![1.25, 2.0]),
+        ("asarray", Box::new(|| jnp::asarray(&x, Some(DType::F64)).unwrap()), vec![1.5, 2.5]),
+        ("zeros_like", Box::new(|| jnp::zeros_like(&x, Some(DType::F64))), vec![0.0, 0.0]),
+        ("ones_like", Box::new(|| jnp::ones_like(&x, Some(DType::F64))), vec![1.0, 1.0]),
+        ("full_like", Box::new(|| jnp::full_like(&x, 3, Some(DType::F64))), vec![3.0, 3.0]),
+        ("astype", Box::new(|| x.astype(DType::F64)), vec![1.5, 2.5]),
+        ("convert_element_type", Box::new(|| lax::convert_element_type(&x, DType::F64).unwrap()), vec![1.5, 2.5]),
+    ];
+    for (fun, make, want) in &cases {
+        for _ in 0..2 {
+            let a = make();
+            assert_eq!(a.dtype(), DType::F32, "{fun}");
+            assert_eq!(a.to_vec::<f64>().unwrap(), *want, "{fun}");
+        }
+        // Once per call site: the loop ran the same line twice.
+        let w = truncations(before, fun);
+        assert_eq!(w.len(), 1, "{fun}: {w:?}");
+        assert_eq!(
+            w[0],
+            format!(
+                "Explicitly requested dtype float64 requested in {fun} is not available, and will be truncated to dtype float32. \
+                 To enable more dtypes, set the jax_enable_x64 configuration option or the JAX_ENABLE_X64 shell environment variable. \
+                 See https://github.com/jax-ml/jax#current-gotchas for more."
+            )
+        );
+    }
+    // A second call site warns again (Python's default filter is per source line).
+    let _ = jnp::zeros(&[1], DType::F64);
+    assert_eq!(truncations(before, "zeros").len(), 2);
+    // int64 becomes int32, and 32-bit or narrower requests never warn.
+    let i = jnp::arange_dtype(0.0, 3.0, 1.0, DType::I64).unwrap();
+    assert_eq!((i.dtype(), i.to_vec::<i32>().unwrap()), (DType::I32, vec![0, 1, 2]));
+    let n = jax::transform::jit::warnings_issued().len();
+    let _ = jnp::zeros(&[1], DType::F32);
+    let _ = jnp::ones(&[1], DType::BF16);
+    let _ = x.astype(DType::I32);
+    assert_eq!(jax::transform::jit::warnings_issued().len(), n);
+}
+
+#[test]
+fn astype_float64_is_the_identity_under_jit_without_x64() {
+    // jax 0.10.2: make_jaxpr(lambda x: x.astype(jnp.float64))(jnp.ones(2)) with x64 off
+    // is `{ lambda ; a:f32[2]. let  in (a,) }` (and warns).
+    let j = make_jaxpr(|x: Array| x.astype(DType::F64), &jnp::ones(&[2], DType::F32)).unwrap();
+    assert_eq!(j.to_string(), "{ lambda ; a:f32[2]. let  in (a,) }");
+    let j = make_jaxpr(|x: Array| jnp::zeros(&[2], DType::F64) + x, &jnp::ones(&[2], DType::F32)).unwrap();
+    assert!(j.to_string().contains("f32[2]") && !j.to_string().contains("f64"), "{j}");
+}

@@ -18,3 +18,24 @@ fn f64_and_i64_under_x64() {
     assert_eq!(format!("{:?}", jnp::arange(2.0)), "Array([0., 1.], dtype=float64)");
     assert!(config::update("jax_no_such_flag", true).unwrap_err().message.contains("known flags"));
 }
+
+#[test]
+fn explicit_64_bit_dtypes_are_kept_without_warning_under_x64() {
+    config::update("jax_enable_x64", true).unwrap();
+    let before = jax::transform::jit::warnings_issued().len();
+    let z = jnp::zeros(&[2], DType::F64);
+    assert_eq!(z.dtype(), DType::F64);
+    let a = jnp::arange_dtype(0.0, 3.0, 1.0, DType::I64).unwrap();
+    assert_eq!((a.dtype(), a.to_vec::<i64>().unwrap()), (DType::I64, vec![0, 1, 2]));
+    let l = jnp::linspace_dtype(0.0, 1.0, 3, DType::F64).unwrap();
+    assert_eq!((l.dtype(), l.to_vec::<f64>().unwrap()), (DType::F64, vec![0.0, 0.5, 1.0]));
+    assert_eq!(jnp::eye(2, None, 0, DType::F64).unwrap().dtype(), DType::F64);
+    assert_eq!(jnp::zeros_like(&z, Some(DType::I64)).dtype(), DType::I64);
+    let x = Array::from_slice(&[0.1f32, 0.2]);
+    let y = x.astype(DType::F64);
+    assert_eq!((y.dtype(), y.to_vec::<f64>().unwrap()), (DType::F64, vec![0.1f32 as f64, 0.2f32 as f64]));
+    let j = make_jaxpr(|x: Array| x.astype(DType::F64), &x).unwrap();
+    assert_eq!(j.to_string(), "{ lambda ; a:f32[2]. let\n    b:f64[2] = convert_element_type[new_dtype=float64 weak_type=False] a\n  in (b,) }");
+    let w: Vec<String> = jax::transform::jit::warnings_issued()[before..].iter().filter(|w| w.contains("truncated")).cloned().collect();
+    assert!(w.is_empty(), "{w:?}");
+}

@@ -202,9 +202,18 @@ pub fn select_n(which: &Array, cases: &[Array]) -> Result<Array> {
     bind1(Primitive::SelectN, ops)
 }
 
-/// `lax.convert_element_type`.
+/// `lax.convert_element_type(x, dtype)`: a strongly typed cast. A 64-bit `dtype` becomes
+/// 32-bit with JAX's `UserWarning` while `jax_enable_x64` is off, so converting a float32
+/// array to float64 is then the identity (no equation), as in JAX.
 #[track_caller]
 pub fn convert_element_type(x: &Array, dtype: DType) -> Result<Array> {
+    convert_element_type_unchecked(x, promotion::check_user_dtype_supported(dtype, "convert_element_type"))
+}
+
+/// `convert_element_type` for a dtype already checked by the caller (no x64 warning):
+/// `dtype` is used as given.
+#[track_caller]
+pub fn convert_element_type_unchecked(x: &Array, dtype: DType) -> Result<Array> {
     match convert(Operand::Array(x.clone()), dtype, false)? {
         Operand::Array(a) => Ok(a),
         _ => unreachable!(),

@@ -174,21 +174,27 @@ pub fn x64_truncation_warning(dtype: DType, fun_name: &str) -> String {
 
 /// The dtype an explicit request for `dtype` in `fun_name` (`"zeros"`, `"astype"`, ...)
 /// gets: `dtype` itself, or its 32-bit counterpart while `jax_enable_x64` is off, in which
-/// case JAX's `UserWarning` is printed on stderr, once per process for each dtype and
-/// function (as Python's default warning filter shows it once per call site).
+/// case JAX's `UserWarning` is printed on stderr and recorded
+/// (`jax::transform::jit::warnings_issued`), once per call site, dtype and function, as
+/// Python's default warning filter shows it once per source line. The call site is the
+/// caller's location through `#[track_caller]` functions (the user's line for `jnp::zeros`).
+#[track_caller]
 pub fn check_user_dtype_supported(dtype: DType, fun_name: &str) -> DType {
     use std::collections::HashSet;
     use std::sync::{Mutex, OnceLock};
-    static SEEN: OnceLock<Mutex<HashSet<(DType, String)>>> = OnceLock::new();
+    type Site = (DType, String, &'static str, u32, u32);
+    static SEEN: OnceLock<Mutex<HashSet<Site>>> = OnceLock::new();
     let c = crate::trace::array::canonicalize_dtype(dtype);
     if c != dtype {
+        let at = std::panic::Location::caller();
         let first = SEEN
             .get_or_init(|| Mutex::new(HashSet::new()))
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert((dtype, fun_name.to_string()));
+            .insert((dtype, fun_name.to_string(), at.file(), at.line(), at.column()));
         if first {
-            eprintln!("{}", x64_truncation_warning(dtype, fun_name));
+            let text = x64_truncation_warning(dtype, fun_name);
+            crate::transform::jit::warn(text.trim_start_matches("UserWarning: ").to_string());
         }
     }
     c

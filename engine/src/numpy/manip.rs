@@ -206,13 +206,15 @@ fn diag_mask(n: usize, m: usize, k: isize, cmp: Primitive) -> Result<Array> {
 /// `jnp.eye(n, m, k, dtype)`: ones on the k-th diagonal.
 #[track_caller]
 pub fn eye(n: usize, m: Option<usize>, k: isize, dtype: DType) -> Result<Array> {
-    lax::convert_element_type(&diag_mask(n, m.unwrap_or(n), k, Primitive::Eq)?, canonicalize_dtype(dtype))
+    let dtype = lax::promotion::check_user_dtype_supported(dtype, "eye");
+    lax::convert_element_type_unchecked(&diag_mask(n, m.unwrap_or(n), k, Primitive::Eq)?, dtype)
 }
 
 /// `jnp.tri(n, m, k, dtype)`: ones at and below the k-th diagonal.
 #[track_caller]
 pub fn tri(n: usize, m: Option<usize>, k: isize, dtype: DType) -> Result<Array> {
-    lax::convert_element_type(&diag_mask(n, m.unwrap_or(n), k, Primitive::Le)?, canonicalize_dtype(dtype))
+    let dtype = lax::promotion::check_user_dtype_supported(dtype, "tri");
+    lax::convert_element_type_unchecked(&diag_mask(n, m.unwrap_or(n), k, Primitive::Le)?, dtype)
 }
 
 fn tri_select(x: &Array, k: isize, lower: bool) -> Result<Array> {

@@ -18,6 +18,7 @@ pub use reductions::*;
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Primitive, Scalar, ShapedArray};
+use crate::lax::promotion::check_user_dtype_supported;
 use crate::lax::{self, literal};
 use crate::runtime::Buffer;
 use crate::trace::array::{canonicalize_dtype, Element};
@@ -78,9 +79,16 @@ pub fn arange<T: ScalarLike>(stop: T) -> Array {
     arange_dtype(0.0, s.as_f64(), 1.0, default_dtype(s)).unwrap_or_else(|e| ops::fail(e, ShapedArray::new(&[0], default_dtype(s))))
 }
 
-/// `jnp.arange(start, stop, step)` with an explicit dtype. Errors for a zero step.
+/// `jnp.arange(start, stop, step, dtype)` with an explicit dtype (a 64-bit dtype becomes
+/// 32-bit with JAX's `UserWarning` while `jax_enable_x64` is off). Errors for a zero step.
 #[track_caller]
 pub fn arange_dtype(start: f64, stop: f64, step: f64, dtype: DType) -> Result<Array> {
+    let dtype = check_user_dtype_supported(dtype, "arange");
+    arange_in(start, stop, step, dtype)
+}
+
+#[track_caller]
+fn arange_in(start: f64, stop: f64, step: f64, dtype: DType) -> Result<Array> {
     if step == 0.0 {
         return Err(Error::value_error("arange: step must not be zero"));
     }
@@ -100,24 +108,46 @@ fn lit_of(v: f64, dtype: DType) -> Operand {
     Operand::Lit(Scalar::F64(v).cast(dtype), ShapedArray::weak(&[], dtype))
 }
 
-/// `jnp.linspace(start, stop, num)` (endpoint included), float32.
+/// `jnp.linspace(start, stop, num)` (endpoint included), float32 (float64 with x64).
 #[track_caller]
 pub fn linspace(start: f64, stop: f64, num: usize) -> Array {
     let dtype = canonicalize_dtype(DType::F64);
-    let step = if num > 1 { (stop - start) / (num - 1) as f64 } else { 0.0 };
-    if is_tracing() {
-        return arange_dtype(0.0, num as f64, 1.0, dtype)
-            .and_then(|i| lax::binary(Primitive::Mul, Operand::Array(i), lit_of(step, dtype)))
-            .and_then(|i| lax::binary(Primitive::Add, Operand::Array(i), lit_of(start, dtype)))
-            .unwrap_or_else(|e| ops::fail(e, ShapedArray::new(&[num], dtype)));
-    }
-    host_array((0..num).map(|k| if k + 1 == num && num > 1 { stop } else { start + k as f64 * step }), &[num], dtype)
+    linspace_in(start, stop, num, dtype).unwrap_or_else(|e| ops::fail(e, ShapedArray::new(&[num], dtype)))
 }
 
-/// `jnp.full(shape, value, dtype)`.
+/// `jnp.linspace(start, stop, num, dtype=dtype)`: `num` evenly spaced values of `dtype`
+/// (computed in floating point, then cast; a 64-bit dtype becomes 32-bit with JAX's
+/// `UserWarning` while `jax_enable_x64` is off).
+#[track_caller]
+pub fn linspace_dtype(start: f64, stop: f64, num: usize, dtype: DType) -> Result<Array> {
+    let dtype = check_user_dtype_supported(dtype, "linspace");
+    linspace_in(start, stop, num, dtype)
+}
+
+#[track_caller]
+fn linspace_in(start: f64, stop: f64, num: usize, dtype: DType) -> Result<Array> {
+    let step = if num > 1 { (stop - start) / (num - 1) as f64 } else { 0.0 };
+    if is_tracing() {
+        let f = if dtype.is_float() { dtype } else { canonicalize_dtype(DType::F64) };
+        let v = arange_in(0.0, num as f64, 1.0, f)
+            .and_then(|i| lax::binary(Primitive::Mul, Operand::Array(i), lit_of(step, f)))
+            .and_then(|i| lax::binary(Primitive::Add, Operand::Array(i), lit_of(start, f)))?;
+        return if f == dtype { Ok(v) } else { lax::convert_element_type(&v, dtype) };
+    }
+    Ok(host_array((0..num).map(|k| if k + 1 == num && num > 1 { stop } else { start + k as f64 * step }), &[num], dtype))
+}
+
+/// `jnp.full(shape, value, dtype)`. A 64-bit `dtype` becomes 32-bit with JAX's
+/// `UserWarning` (`Explicitly requested dtype float64 requested in full is not
+/// available, ...`) while `jax_enable_x64` is off, as for every creation function.
 #[track_caller]
 pub fn full<T: ScalarLike>(shape: &[usize], value: T, dtype: DType) -> Array {
-    let dtype = canonicalize_dtype(dtype);
+    full_in("full", shape, value, dtype)
+}
+
+#[track_caller]
+fn full_in<T: ScalarLike>(fun: &str, shape: &[usize], value: T, dtype: DType) -> Array {
+    let dtype = check_user_dtype_supported(dtype, fun);
     if is_tracing() {
         let v = Operand::Lit(value.scalar().cast(dtype), ShapedArray::new(&[], dtype));
         return lax::bind1(Primitive::BroadcastInDim { shape: shape.to_vec(), broadcast_dimensions: vec![] }, vec![v])
@@ -130,18 +160,61 @@ pub fn full<T: ScalarLike>(shape: &[usize], value: T, dtype: DType) -> Array {
 /// `jnp.zeros(shape, dtype)`.
 #[track_caller]
 pub fn zeros(shape: &[usize], dtype: DType) -> Array {
-    full(shape, 0.0, dtype)
+    full_in("zeros", shape, 0.0, dtype)
 }
 
 /// `jnp.ones(shape, dtype)`.
 #[track_caller]
 pub fn ones(shape: &[usize], dtype: DType) -> Array {
-    full(shape, 1.0, dtype)
+    full_in("ones", shape, 1.0, dtype)
 }
 
-/// `jnp.array(data)` for a 1-d slice.
+/// `jnp.empty(shape, dtype)`: as in JAX, zero-filled (XLA has no uninitialized arrays).
+#[track_caller]
+pub fn empty(shape: &[usize], dtype: DType) -> Array {
+    full_in("empty", shape, 0.0, dtype)
+}
+
+/// `jnp.full_like(x, value, dtype)`: `x`'s shape, `dtype` or else `x`'s dtype.
+#[track_caller]
+pub fn full_like<T: ScalarLike>(x: &Array, value: T, dtype: Option<DType>) -> Array {
+    full_in("full_like", &x.shape(), value, dtype.unwrap_or_else(|| x.dtype()))
+}
+
+/// `jnp.zeros_like(x, dtype)`: zeros of `x`'s shape, `dtype` or else `x`'s dtype.
+#[track_caller]
+pub fn zeros_like(x: &Array, dtype: Option<DType>) -> Array {
+    full_in("zeros_like", &x.shape(), 0.0, dtype.unwrap_or_else(|| x.dtype()))
+}
+
+/// `jnp.ones_like(x, dtype)`: ones of `x`'s shape, `dtype` or else `x`'s dtype.
+#[track_caller]
+pub fn ones_like(x: &Array, dtype: Option<DType>) -> Array {
+    full_in("ones_like", &x.shape(), 1.0, dtype.unwrap_or_else(|| x.dtype()))
+}
+
+/// `jnp.array(data)` for a 1-d slice (64-bit data becomes 32-bit while x64 is off,
+/// silently, as for a Python list or numpy array without `dtype=`).
 pub fn array<T: Element>(data: &[T]) -> Array {
     Array::from_slice(data)
+}
+
+/// `jnp.array(data, dtype=dtype)` for a 1-d slice: the data cast to `dtype` (a 64-bit
+/// `dtype` becomes 32-bit with JAX's `UserWarning` while `jax_enable_x64` is off).
+#[track_caller]
+pub fn array_dtype<T: Element>(data: &[T], dtype: DType) -> Result<Array> {
+    let dtype = check_user_dtype_supported(dtype, "array");
+    lax::convert_element_type_unchecked(&Array::from_slice(data), dtype)
+}
+
+/// `jnp.asarray(x, dtype=dtype)`: `x` itself, or cast to `dtype` (a 64-bit `dtype`
+/// becomes 32-bit with JAX's `UserWarning` while `jax_enable_x64` is off).
+#[track_caller]
+pub fn asarray(x: &Array, dtype: Option<DType>) -> Result<Array> {
+    match dtype {
+        None => Ok(x.clone()),
+        Some(d) => lax::convert_element_type_unchecked(x, check_user_dtype_supported(d, "asarray")),
+    }
 }
 
 /// `jnp.where(cond, x, y)` with broadcasting and promotion.

@@ -221,9 +221,11 @@ impl Array {
     pub fn dot(&self, rhs: &Array) -> Array {
         ok_or_fail(jnp::matmul(self, rhs), self)
     }
-    /// Cast to `dtype`.
+    /// `x.astype(dtype)`: cast to `dtype` (a 64-bit `dtype` becomes 32-bit with JAX's
+    /// `UserWarning ... requested in astype ...` while `jax_enable_x64` is off).
     #[track_caller]
     pub fn astype(&self, dtype: DType) -> Array {
-        ok_or_fail(lax::convert_element_type(self, dtype), self)
+        let dtype = lax::promotion::check_user_dtype_supported(dtype, "astype");
+        ok_or_fail(lax::convert_element_type_unchecked(self, dtype), self)
     }
 }

@@ -309,10 +309,12 @@ pub fn bits(key: &Key, shape: &[usize]) -> Result<Array> {
 
 /// Checks an explicitly requested dtype for a random function: warns and truncates
 /// 64-bit dtypes while `jax_enable_x64` is off.
+#[track_caller]
 fn requested(dtype: DType, fun: &str) -> DType {
     crate::lax::promotion::check_user_dtype_supported(dtype, fun)
 }
 
+#[track_caller]
 fn float_dtype(name: &str, dtype: DType) -> Result<DType> {
     let d = requested(dtype, name);
     if !d.is_float() {
