@@ -23,6 +23,9 @@ pub mod tree;
 
 /// `jax.tree_util`: the same functions as `tree`.
 pub use tree as tree_util;
+/// The `half` crate (bfloat16/float16 host types), re-exported so that cells and users
+/// name the same types as the engine.
+pub use half;
 
 pub use error::{Error, ErrorKind, Result};
 pub use magic::{block_until_ready, effects_barrier};

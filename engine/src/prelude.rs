@@ -21,3 +21,6 @@ pub use crate::transform::{
     Jitted, Lowered, Traced,
 };
 pub use ndarray;
+/// `half::bf16`/`half::f16`: host values of bfloat16/float16 arrays
+/// (`Array::from_vec(vec![bf16::from_f32(1.0)], &[1])`, `x.to_vec::<bf16>()`).
+pub use half::{self, bf16, f16};

@@ -311,3 +311,65 @@ fn jaxprs_print_jax_names_and_params() {
     let e = jnp::squeeze(&m, Some(&[0])).unwrap_err();
     assert!(e.message.contains("squeeze") && e.message.contains("f32[2,3]"), "{}", e.message);
 }
+
+/// bfloat16/float16 host arrays through `half`: creation from `Vec`/`ndarray`, read-back,
+/// JAX's repr, and compiled arithmetic against an f64 reference rounded after each op
+/// (XLA and LLVM compute narrow floats in f32 and round every result to the dtype).
+#[test]
+fn bf16_and_f16_host_arrays_round_trip_through_compiled_code() {
+    use jax::half::{bf16, f16};
+    let vals = [1.0f64, 2.5, 3.14159, -0.3333, 1000.7, 1e-3];
+    let xb: Vec<bf16> = vals.iter().map(|&v| bf16::from_f64(v)).collect();
+    let xh: Vec<f16> = vals.iter().map(|&v| f16::from_f64(v)).collect();
+    let ab = Array::from_vec(xb.clone(), &[2, 3]).unwrap();
+    let ah = Array::from_vec(xh.clone(), &[2, 3]).unwrap();
+    assert_eq!((ab.dtype(), ah.dtype()), (DType::BF16, DType::F16));
+    assert_eq!(ab.to_vec::<bf16>().unwrap(), xb);
+    assert_eq!(ah.to_vec::<f16>().unwrap(), xh);
+    assert_eq!(ab.to_vec::<f64>().unwrap(), xb.iter().map(|v| v.to_f64()).collect::<Vec<_>>());
+    let nd = ndarray::Array2::from_shape_vec((2, 3), xb.clone()).unwrap();
+    let from_nd = Array::from_ndarray(&nd);
+    assert_eq!((from_nd.shape(), from_nd.to_vec::<bf16>().unwrap()), (vec![2, 3], xb.clone()));
+    assert_eq!(from_nd.to_ndarray::<bf16>().unwrap().into_dimensionality::<ndarray::Ix2>().unwrap(), nd);
+    // jax 0.10.2: repr(jnp.array([1, 2], jnp.bfloat16)), repr(jnp.array([1.5, 2.25, 3.14159], ...)).
+    assert_eq!(format!("{:?}", Array::from_slice(&[bf16::from_f32(1.0), bf16::from_f32(2.0)])), "Array([1, 2], dtype=bfloat16)");
+    let three = [1.5, 2.25, 3.14159];
+    assert_eq!(
+        format!("{:?}", Array::from_slice(&three.map(bf16::from_f64))),
+        "Array([1.5, 2.25, 3.14062], dtype=bfloat16)"
+    );
+    assert_eq!(format!("{:?}", Array::from_slice(&three.map(f16::from_f64))), "Array([1.5 , 2.25, 3.14], dtype=float16)");
+    // x * y + sin(x) * 2.0, eager and jitted; the reference rounds after every op (1000.7 *
+    // -249.7 overflows float16 to -inf, as in JAX).
+    let f = |(x, y): (Array, Array)| &x * &y + x.sin() * 2.0;
+    let rb = |v: f64| bf16::from_f64(v).to_f64();
+    let rh = |v: f64| f16::from_f64(v).to_f64();
+    let y: Vec<f64> = vals.iter().map(|v| 0.5 - v / 4.0).collect();
+    for (name, round, x, yv) in [
+        ("bf16", &rb as &dyn Fn(f64) -> f64, ab.clone(), Array::from_vec(y.iter().map(|&v| bf16::from_f64(v)).collect(), &[2, 3]).unwrap()),
+        ("f16", &rh, ah.clone(), Array::from_vec(y.iter().map(|&v| f16::from_f64(v)).collect(), &[2, 3]).unwrap()),
+    ] {
+        let xs = x.to_vec::<f64>().unwrap();
+        let ys = yv.to_vec::<f64>().unwrap();
+        let want: Vec<f64> = xs
+            .iter()
+            .zip(&ys)
+            .map(|(&a, &b)| round(round(a * b) + round(round((a as f32).sin() as f64) * 2.0)))
+            .collect();
+        let eager = f((x.clone(), yv.clone()));
+        let jitted = jit(f).call((&x, &yv)).unwrap();
+        for (how, got) in [("eager", eager), ("jit", jitted)] {
+            assert_eq!(got.dtype(), x.dtype(), "{name} {how}");
+            let g = got.to_vec::<f64>().unwrap();
+            for (i, (a, b)) in g.iter().zip(&want).enumerate() {
+                // f32 sin may differ from the f64 one by an f32 ulp: allow one narrow ulp.
+                let ulp = if name == "bf16" { 2f64.powi(-7) } else { 2f64.powi(-10) };
+                assert!(a == b || (a - b).abs() <= ulp * b.abs().max(2f64.powi(-14)), "{name} {how}[{i}]: got {a}, want {b}");
+            }
+        }
+    }
+    // A reduction in bfloat16 reads back as bfloat16.
+    let s = Array::from_slice(&[0.1, 0.2, 0.3].map(bf16::from_f64)).sum();
+    assert_eq!(s.dtype(), DType::BF16);
+    assert!((s.item::<bf16>().unwrap().to_f64() - 0.6).abs() < 0.01);
+}

@@ -50,6 +50,28 @@ element!(u8, DType::U8, I32, |v: f64| v as u8);
 element!(i8, DType::I8, I32, |v: f64| v as i8);
 element!(i16, DType::I16, I32, |v: f64| v as i16);
 element!(u32, DType::U32, I64, |v: f64| v as u32);
+/// bfloat16 host values (`half::bf16`): arrays of dtype bfloat16, stored bit for bit.
+impl Element for half::bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn to_scalar(self) -> Scalar {
+        Scalar::F32(self.to_f32())
+    }
+    /// Rounds to the nearest bfloat16 (ties to even).
+    fn from_f64(v: f64) -> Self {
+        half::bf16::from_f64(v)
+    }
+}
+/// IEEE half-precision host values (`half::f16`): arrays of dtype float16.
+impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
+    fn to_scalar(self) -> Scalar {
+        Scalar::F32(self.to_f32())
+    }
+    /// Rounds to the nearest float16 (ties to even).
+    fn from_f64(v: f64) -> Self {
+        half::f16::from_f64(v)
+    }
+}
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
     fn to_scalar(self) -> Scalar {
