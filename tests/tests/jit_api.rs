@@ -173,3 +173,88 @@ fn explain_cache_misses_text() {
     assert!(report.contains("never seen function"), "{report}");
     assert!(report.contains("* at args[0], now f32[3] and before i32[3]"), "{report}");
 }
+
+#[test]
+fn rust_value_parameters_are_static_and_key_the_cache() {
+    // JAX: jax.jit(f, static_argnums=1) with `x * n if n > 3 else x + n`.
+    let f = jit(|(x, n): (Array, usize)| if n > 3 { x * n as f64 } else { x + n as f64 }).static_argnums(&[1]);
+    let x = Array::from_slice(&[1.0f32, 2.0]);
+    close(&f.call((&x, 2)).unwrap().to_vec::<f64>().unwrap(), &[3.0, 4.0], 0.0);
+    close(&f.call((&x, 5)).unwrap().to_vec::<f64>().unwrap(), &[5.0, 10.0], 0.0);
+    close(&f.call((&x, 5)).unwrap().to_vec::<f64>().unwrap(), &[5.0, 10.0], 0.0);
+    assert_eq!(f.cache_size(), 2);
+    // The same without static_argnums: a usize parameter is static by its type.
+    let g = jit(|(x, flag, s): (Array, bool, f64)| if flag { x * s } else { x });
+    close(&g.call((&x, true, 3.0)).unwrap().to_vec::<f64>().unwrap(), &[3.0, 6.0], 0.0);
+    close(&g.call((&x, false, 3.0)).unwrap().to_vec::<f64>().unwrap(), &[1.0, 2.0], 0.0);
+    assert_eq!(g.cache_size(), 2);
+    // jax 0.10.2: the jaxpr has the static value folded in: `mul a 5.0:f32[]`.
+    let j = f.trace((&x, 5)).unwrap().jaxpr().to_string();
+    assert_eq!(j, "{ lambda ; a:f32[2]. let b:f32[2] = mul a 5.0:f32[] in (b,) }");
+}
+
+#[test]
+fn static_argnums_makes_a_rust_scalar_concrete_inside_the_trace() {
+    // The parameter is an Array; the Rust scalar passed at position 1 is static, so the
+    // function can read its value while tracing.
+    let body = |(x, n): (Array, Array)| -> Result<Array> {
+        let k = n.item::<i32>()?;
+        Ok(if k > 3 { x * 2.0 } else { x + 1.0 })
+    };
+    let x = Array::from_slice(&[1.0f32, 2.0]);
+    let e = jit(body).call((&x, 2)).unwrap_err();
+    assert!(e.to_string().contains("ConcretizationTypeError"), "{e}");
+    let f = jit(body).static_argnums(&[1]);
+    close(&f.call((&x, 2)).unwrap().to_vec::<f64>().unwrap(), &[2.0, 3.0], 0.0);
+    close(&f.call((&x, 7)).unwrap().to_vec::<f64>().unwrap(), &[2.0, 4.0], 0.0);
+    assert_eq!(f.cache_size(), 2);
+    let t = f.trace((&x, 7)).unwrap();
+    assert_eq!(t.jaxpr().to_string(), "{ lambda ; a:f32[2]. let b:f32[2] = mul a 2.0:f32[] in (b,) }");
+    // AOT: the compiled function takes the same arguments and ignores the static one.
+    let c = t.lower().unwrap().compile().unwrap();
+    close(&c.call((&x, 7)).unwrap().to_vec::<f64>().unwrap(), &[2.0, 4.0], 0.0);
+    // A new static value is explained as JAX 0.10.2 does.
+    f.call((&x, 9)).unwrap();
+    let reasons: Vec<String> = jax::transform::explain::recent().into_iter().filter_map(|e| e.reason).collect();
+    let want = "different input pytree:\n  * at input path [0][1], now <class 'jax._src.tree_util.Static'> with pytree metadata Static(val=9) \
+                and before <class 'jax._src.tree_util.Static'> with pytree metadata Static(val=2), so the pytree node metadata does not match";
+    assert!(reasons.iter().any(|r| r.contains(want)), "{reasons:#?}");
+}
+
+#[test]
+fn static_argnums_errors_are_clear() {
+    let x = Array::from_slice(&[1.0f32, 2.0]);
+    let f = jit(|(x, n): (Array, Array)| x * n).static_argnums(&[5]);
+    let e = f.call((&x, 2.0)).unwrap_err();
+    assert_eq!(e.message, "Jitted function has static_argnums=(5,), but only accepts 2 positional arguments.");
+    let f = jit(|(x, n): (Array, Array)| x * n).static_argnums(&[0]);
+    let e = f.call((&x, 2.0)).unwrap_err();
+    assert!(e.message.starts_with("Non-hashable static arguments are not supported."), "{}", e.message);
+    assert!(e.message.contains("f32[2]"), "{}", e.message);
+}
+
+/// JAX's `static_argnames`: Rust has no argument names, so a named static is a static
+/// field of a `#[derive(Pytree)]` struct (or any Rust-valued field).
+#[derive(Clone, Pytree)]
+struct Opts {
+    scale: Array,
+    #[pytree(static)]
+    steps: usize,
+}
+
+#[test]
+fn static_fields_of_a_struct_play_static_argnames() {
+    let f = jit(|(x, o): (Array, Opts)| {
+        let mut y = x;
+        for _ in 0..o.steps {
+            y = y * &o.scale;
+        }
+        y
+    });
+    let x = Array::from_slice(&[1.0f32, 2.0]);
+    let o = |steps| Opts { scale: Array::from_slice(&[2.0f32, 3.0]), steps };
+    close(&f.call((&x, o(2))).unwrap().to_vec::<f64>().unwrap(), &[4.0, 18.0], 0.0);
+    close(&f.call((&x, o(3))).unwrap().to_vec::<f64>().unwrap(), &[8.0, 54.0], 0.0);
+    close(&f.call((&x, o(3))).unwrap().to_vec::<f64>().unwrap(), &[8.0, 54.0], 0.0);
+    assert_eq!(f.cache_size(), 2);
+}

@@ -52,6 +52,28 @@ impl StaticValue {
         v.hash(&mut h);
         StaticValue { repr: py_repr(v), hash: h.finish(), value: Arc::new(v.clone()) }
     }
+    /// A plain Rust scalar made static (`static_argnums` on an `Array` position): rebuilt
+    /// as a concrete weakly typed 0-d array, printed as Python prints the number.
+    pub fn scalar(v: Scalar) -> StaticValue {
+        let mut h = DefaultHasher::new();
+        std::any::TypeId::of::<Scalar>().hash(&mut h);
+        match v {
+            Scalar::Bool(b) => (0u8, b as u64).hash(&mut h),
+            Scalar::I32(x) => (1u8, x as i64 as u64).hash(&mut h),
+            Scalar::I64(x) => (2u8, x as u64).hash(&mut h),
+            Scalar::F32(x) => (3u8, x.to_bits() as u64).hash(&mut h),
+            Scalar::F64(x) => (4u8, x.to_bits()).hash(&mut h),
+        }
+        StaticValue { repr: v.jaxpr_text(), hash: h.finish(), value: Arc::new(v) }
+    }
+    /// A float made static (floats are not `Hash`: hashed by their bits, so `0.0` and
+    /// `-0.0` differ, and every NaN payload is its own value).
+    pub fn float<T: Debug + Send + Sync + Clone + 'static>(v: &T, bits: u64) -> StaticValue {
+        let mut h = DefaultHasher::new();
+        std::any::TypeId::of::<T>().hash(&mut h);
+        bits.hash(&mut h);
+        StaticValue { repr: py_repr(v), hash: h.finish(), value: Arc::new(v.clone()) }
+    }
     /// The value as a `T`. Errors (`TypeError`) when it has another type.
     pub fn get<T: Clone + 'static>(&self) -> Result<T> {
         self.value.downcast_ref::<T>().cloned().ok_or_else(|| {
@@ -404,6 +426,9 @@ pub struct Flat {
     pub leaves: Vec<ArgLeaf>,
     pub statics: Vec<StaticValue>,
     pub treedef: TreeDef,
+    /// Leaves that came from plain Rust scalars passed for an `Array` (index into
+    /// `leaves`, value): `static_argnums` turns these into static values.
+    pub scalars: Vec<(usize, Scalar)>,
 }
 
 impl Flat {
@@ -449,6 +474,8 @@ impl Pytree for Array {
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
         match def {
             TreeDef::Leaf => leaves.next().ok_or_else(missing),
+            // A Rust scalar made static by `static_argnums`: a concrete array in the trace.
+            TreeDef::Static(v) if v.value.is::<Scalar>() => Ok(Array::weak_scalar(v.get::<Scalar>()?)),
             d => Err(structure_mismatch(d, "leaf (Array)")),
         }
     }
@@ -467,6 +494,67 @@ impl<T: Clone + Debug + Hash + Eq + Send + Sync + 'static> Pytree for Static<T> 
         }
     }
 }
+
+/// Plain Rust values in a function's argument types are static, as if listed in JAX's
+/// `static_argnums`: the function sees the concrete value (`if n > 3 { .. }` works), the
+/// value is part of the structure and of the jit cache key (a new value retraces).
+macro_rules! static_pytree {
+    ($($t:ty),+) => {$(
+        impl Pytree for $t {
+            fn flatten(&self, flat: &mut Flat) {
+                let v = StaticValue::new(self);
+                flat.statics.push(v.clone());
+                flat.treedef = TreeDef::Static(v);
+            }
+            fn unflatten(def: &TreeDef, _: &mut dyn Iterator<Item = Array>) -> Result<Self> {
+                match def {
+                    TreeDef::Static(v) => v.get::<$t>(),
+                    d => Err(structure_mismatch(d, stringify!($t))),
+                }
+            }
+        }
+        impl Args<$t> for $t {
+            fn flatten_args(self, flat: &mut Flat) {
+                self.flatten(flat)
+            }
+        }
+        impl Args<$t> for &$t {
+            fn flatten_args(self, flat: &mut Flat) {
+                self.flatten(flat)
+            }
+        }
+    )+};
+}
+static_pytree!(usize, u8, u16, u32, u64, i8, i16, i32, i64, bool, char, String, &'static str);
+
+macro_rules! static_float_pytree {
+    ($($t:ty),+) => {$(
+        impl Pytree for $t {
+            fn flatten(&self, flat: &mut Flat) {
+                let v = StaticValue::float(self, self.to_bits() as u64);
+                flat.statics.push(v.clone());
+                flat.treedef = TreeDef::Static(v);
+            }
+            fn unflatten(def: &TreeDef, _: &mut dyn Iterator<Item = Array>) -> Result<Self> {
+                match def {
+                    TreeDef::Static(v) => v.get::<$t>(),
+                    d => Err(structure_mismatch(d, stringify!($t))),
+                }
+            }
+        }
+        impl Args<$t> for $t {
+            fn flatten_args(self, flat: &mut Flat) {
+                self.flatten(flat)
+            }
+        }
+        impl Args<$t> for &$t {
+            fn flatten_args(self, flat: &mut Flat) {
+                self.flatten(flat)
+            }
+        }
+    )+};
+}
+static_float_pytree!(f32, f64);
 
 impl<T: Pytree> Pytree for Vec<T> {
     fn flatten(&self, flat: &mut Flat) {
@@ -606,7 +694,9 @@ macro_rules! scalar_args {
     ($($t:ty => $s:ident),+) => {$(
         impl Args<Array> for $t {
             fn flatten_args(self, flat: &mut Flat) {
-                Array::weak_scalar(Scalar::$s(self as _)).flatten(flat)
+                let v = Scalar::$s(self as _);
+                flat.scalars.push((flat.leaves.len(), v));
+                Array::weak_scalar(v).flatten(flat)
             }
         }
     )+};

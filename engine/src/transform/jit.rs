@@ -79,6 +79,7 @@ pub(crate) struct JitInner<A, R> {
     pub(crate) site: SourceInfo,
     id: u64,
     donate_argnums: Vec<usize>,
+    static_argnums: Vec<usize>,
     cache: Mutex<HashMap<Signature, Arc<CacheEntry>>>,
     seen: Mutex<Vec<Signature>>,
 }
@@ -129,6 +130,7 @@ where
             site,
             id,
             donate_argnums: Vec::new(),
+            static_argnums: Vec::new(),
             cache: Mutex::new(HashMap::new()),
             seen: Mutex::new(Vec::new()),
         }),
@@ -157,6 +159,37 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         Jitted { inner: Arc::new(JitInner { donate_argnums: argnums.to_vec(), ..inner }), _p: PhantomData }
     }
 
+    /// Marks the arguments at positions `argnums` static (JAX's `static_argnums`;
+    /// positions in the argument tuple, 0 for a function of one non-tuple argument).
+    /// A plain Rust scalar (`f64`, `f32`, `i32`, `i64`, `bool`) passed at such a position
+    /// for an `Array` parameter is not traced: the function sees a concrete weakly typed
+    /// 0-d array (`n.item::<i32>()?` works inside the trace) and the value is part of the
+    /// cache key, so a new value retraces (explained as JAX does: `* at input path [0][1],
+    /// now ... Static(val=5) and before ... Static(val=2), so the pytree node metadata does
+    /// not match`). Parameters typed as Rust values (`usize`, `i32`, `f64`, `bool`,
+    /// `String`, `Static<T>`) are static whether listed or not (Rust's types say so).
+    /// Errors at call time (`ValueError`): a position past the last argument (`Jitted
+    /// function has static_argnums=(5,), but only accepts 2 positional arguments.`), or
+    /// a position holding an `Array` (not hashable, as in JAX).
+    /// Must be called right after `jit` (panics once the function is shared).
+    pub fn static_argnums(self, argnums: &[usize]) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("static_argnums must be called right after jit"));
+        Jitted { inner: Arc::new(JitInner { static_argnums: argnums.to_vec(), ..inner }), _p: PhantomData }
+    }
+
+    /// Flattens `args`, applying `static_argnums`.
+    pub(crate) fn flatten(&self, args: impl Args<A>) -> Result<Flat> {
+        let mut flat = Flat::default();
+        args.flatten_args(&mut flat);
+        apply_static_argnums(&self.inner.static_argnums, &mut flat)?;
+        Ok(flat)
+    }
+
+    /// The positions given to `static_argnums`.
+    pub fn static_argnums_list(&self) -> &[usize] {
+        &self.inner.static_argnums
+    }
+
     /// Per flat leaf of arguments of structure `def`: whether it is donated.
     fn donated_flags(&self, def: &TreeDef) -> Vec<bool> {
         let mut d = vec![false; def.num_leaves()];
@@ -180,8 +213,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     #[track_caller]
     pub fn call(&self, args: impl Args<A>) -> Result<R> {
         let call_site = source_info(Location::caller());
-        let mut flat = Flat::default();
-        args.flatten_args(&mut flat);
+        let flat = self.flatten(args)?;
         if trace::is_tracing() || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.is_tracer())) {
             // Nested jit: inline into the enclosing trace.
             let a = self.rebuild_args(&flat)?;
@@ -366,6 +398,12 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                     }
                 }
             }
+        } else if let Some((path, now, before)) = static_arg_difference(&sig.treedef, &closest.treedef) {
+            // JAX 0.10.2 reports a changed static argument as pytree node metadata.
+            s.push_str(&format!(
+                "\n  different input pytree:\n  * at input path {path}, now <class 'jax._src.tree_util.Static'> with pytree metadata Static(val={now}) \
+                 and before <class 'jax._src.tree_util.Static'> with pytree metadata Static(val={before}), so the pytree node metadata does not match"
+            ));
         } else {
             s.push_str(&format!(
                 "\n  different static arguments:\n  * now {} and before {}",
@@ -381,8 +419,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     #[track_caller]
     pub fn trace(&self, args: impl Args<A>) -> Result<Traced<A, R>> {
         let call_site = source_info(Location::caller());
-        let mut flat = Flat::default();
-        args.flatten_args(&mut flat);
+        let flat = self.flatten(args)?;
         let (entry, _) = self.lookup_or_trace(&flat, &call_site)?;
         Ok(Traced::new(self.clone(), entry, Signature::of(&flat)))
     }
@@ -417,8 +454,86 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             entry.out_statics.clone(),
             entry.out_tree.clone(),
             entry.donated.clone(),
+            self.inner.static_argnums.clone(),
         ))
     }
+}
+
+/// The first top-level argument that is static in both structures with different values:
+/// (JAX's input path `[0][i]`, the value now, the value before).
+fn static_arg_difference(now: &TreeDef, before: &TreeDef) -> Option<(String, String, String)> {
+    let (a, b) = match (now, before) {
+        (TreeDef::Tuple(a), TreeDef::Tuple(b)) => (a.clone(), b.clone()),
+        (a, b) => (vec![a.clone()], vec![b.clone()]),
+    };
+    a.iter().zip(&b).enumerate().find_map(|(i, (x, y))| match (x, y) {
+        (TreeDef::Static(x), TreeDef::Static(y)) if x != y => Some((format!("[0][{i}]"), x.repr.clone(), y.repr.clone())),
+        _ => None,
+    })
+}
+
+/// Applies `static_argnums` to flattened arguments: each listed position must exist and
+/// hold no `Array` leaves except plain Rust scalars, which become static values (removed
+/// from the leaves, their value put in the structure). Errors: `ValueError` as JAX's.
+pub(crate) fn apply_static_argnums(argnums: &[usize], flat: &mut Flat) -> Result<()> {
+    if argnums.is_empty() {
+        return Ok(());
+    }
+    let tuple = matches!(flat.treedef, TreeDef::Tuple(_));
+    let mut children = match &flat.treedef {
+        TreeDef::Tuple(c) => c.clone(),
+        d => vec![d.clone()],
+    };
+    if argnums.iter().any(|&i| i >= children.len()) {
+        return Err(Error::value_error(format!(
+            "Jitted function has static_argnums={}, but only accepts {} positional arguments.",
+            py_tuple_usize(argnums),
+            children.len()
+        )));
+    }
+    let ranges = flat.treedef.arg_leaf_ranges();
+    let mut dropped = vec![false; flat.leaves.len()];
+    for &p in argnums {
+        let r = ranges[p].clone();
+        if r.is_empty() {
+            continue; // already static: a Rust value, `Static<T>`, or a struct of static fields
+        }
+        let scalar = flat.scalars.iter().find(|(i, _)| *i == r.start).map(|(_, v)| *v);
+        match (scalar, &children[p]) {
+            (Some(v), TreeDef::Leaf) if r.len() == 1 => {
+                let sv = StaticValue::scalar(v);
+                flat.statics.push(sv.clone());
+                children[p] = TreeDef::Static(sv);
+                dropped[r.start] = true;
+            }
+            _ => {
+                let types: Vec<String> = flat.leaves[r].iter().map(|l| l.aval().short()).collect();
+                return Err(Error::value_error(format!(
+                    "Non-hashable static arguments are not supported. The argument at static_argnums position {p} holds Array leaves ({}),                      and an Array is not hashable. Pass a Rust value (usize, i32, f64, bool, String) or Static<T> there, or remove {p} from static_argnums.",
+                    types.join(", ")
+                )));
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    let mut scalars = Vec::new();
+    for (i, l) in std::mem::take(&mut flat.leaves).into_iter().enumerate() {
+        if dropped[i] {
+            continue;
+        }
+        if let Some((_, v)) = flat.scalars.iter().find(|(j, _)| *j == i) {
+            scalars.push((kept.len(), *v));
+        }
+        kept.push(l);
+    }
+    flat.leaves = kept;
+    flat.scalars = scalars;
+    flat.treedef = if tuple { TreeDef::Tuple(children) } else { children.pop().expect("one argument") };
+    Ok(())
+}
+
+fn py_tuple_usize(v: &[usize]) -> String {
+    crate::ir::pretty::py_tuple(v)
 }
 
 fn py_bool(b: bool) -> &'static str {

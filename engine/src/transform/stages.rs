@@ -85,6 +85,7 @@ pub struct Compiled<A, R> {
     out_statics: Vec<StaticValue>,
     out_tree: TreeDef,
     donated: Vec<bool>,
+    static_argnums: Vec<usize>,
     _p: std::marker::PhantomData<fn(A) -> R>,
 }
 
@@ -96,8 +97,9 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
         out_statics: Vec<StaticValue>,
         out_tree: TreeDef,
         donated: Vec<bool>,
+        static_argnums: Vec<usize>,
     ) -> Self {
-        Compiled { module, exe, jaxpr, out_statics, out_tree, donated, _p: std::marker::PhantomData }
+        Compiled { module, exe, jaxpr, out_statics, out_tree, donated, static_argnums, _p: std::marker::PhantomData }
     }
     /// The optimized module (after bufferization and loop lowering).
     pub fn as_text(&self) -> String {
@@ -120,10 +122,12 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
         self.jaxpr.jaxpr.in_avals()
     }
     /// Calls the compiled function. Errors: `TypeError` listing every argument whose type
-    /// differs from the compiled signature.
+    /// differs from the compiled signature. Arguments at `static_argnums` positions are
+    /// passed too (the executable was compiled for their traced values and ignores them).
     pub fn call(&self, args: impl Args<A>) -> Result<R> {
         let mut flat = Flat::default();
         args.flatten_args(&mut flat);
+        super::jit::apply_static_argnums(&self.static_argnums, &mut flat)?;
         let want = self.in_avals();
         let mut mismatches = Vec::new();
         for (i, l) in flat.leaves.iter().enumerate() {
