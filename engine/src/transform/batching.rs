@@ -136,9 +136,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
             bind(p.clone(), ins.iter().map(|v| arr(&v.x)).collect(), loc)?;
             Ok(vec![])
         }
-        // Call-like primitives are batched by batching their body inline (under vmap
-        // the custom rule is not kept; differentiate before vmapping to use it).
-        p if p.call_body().is_some() => batch_jaxpr(p.call_body().expect("body"), &[], ins.to_vec(), b),
+        p if p.call_body().is_some() => batch_call(p, ins, b),
         Cond { branches } => batch_cond(branches, ins, b),
         While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => {
             batch_while(cond_jaxpr, body_jaxpr, *cond_nconsts, *body_nconsts, ins, b)
@@ -148,6 +146,52 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
         }
         _ => super::batching_ops::batch(p, ins, out, b),
     }
+}
+
+/// Call-like primitives stay what they are under vmap (JAX's batching of
+/// `custom_jvp_call`/`custom_vjp_call`/`checkpoint`): the body is batched into a new body
+/// jaxpr, and a custom rule is replaced by the same rule mapped over the batch dimension
+/// (`custom::batched_rule`), so `grad(vmap(f))` still uses the user's rule. Every
+/// argument after the constants is given the batch dimension, so the batched rule sees
+/// batch-first values only; constants keep their flags. Outputs are all batched.
+fn batch_call(p: &Primitive, ins: &[BVal], b: usize) -> Result<Vec<BVal>> {
+    use Primitive::*;
+    let body = p.call_body().expect("a call-like primitive");
+    let nconsts = match p {
+        CustomJvpCall { num_consts, .. } | CustomVjpCall { num_consts, .. } => *num_consts,
+        _ => 0,
+    };
+    let vals: Vec<BVal> = ins
+        .iter()
+        .enumerate()
+        .map(|(i, v)| if i < nconsts { Ok(v.clone()) } else { Ok(BVal { x: to_full(v, b, &logical_shape(v))?, batched: true }) })
+        .collect::<Result<_>>()?;
+    let avals: Vec<ShapedArray> = vals.iter().map(traced_aval).collect();
+    let flags: Vec<bool> = vals.iter().map(|v| v.batched).collect();
+    let j = trace_to_jaxpr("vmap call", &avals, |ts| all_batched(batch_jaxpr(body, &[], bvals(&ts, &flags), b)?, b))?;
+    // Constants captured while batching the body become further leading operands.
+    let extra = j.consts.len();
+    let new_body = Box::new(crate::lax::control::close(&j.jaxpr));
+    let mut ops: Vec<Operand> = j.consts.iter().cloned().map(Operand::Array).collect();
+    ops.extend(vals.iter().map(|v| arr(&v.x)));
+    let np = match p {
+        CustomJvpCall { name, rule, num_consts, .. } => CustomJvpCall {
+            name: name.clone(),
+            call_jaxpr: new_body,
+            rule: super::custom::batched_rule(*rule)?,
+            num_consts: extra + num_consts,
+        },
+        CustomVjpCall { name, rule, num_consts, .. } => CustomVjpCall {
+            name: name.clone(),
+            call_jaxpr: new_body,
+            rule: super::custom::batched_rule(*rule)?,
+            num_consts: extra + num_consts,
+        },
+        Checkpoint { policy, .. } => Checkpoint { jaxpr: new_body, policy: *policy },
+        _ => unreachable!("call_body is only set for call-like primitives"),
+    };
+    let outs = bind(np, ops, Location::caller())?;
+    Ok(outs.into_iter().map(|x| BVal { x, batched: true }).collect())
 }
 
 /// The unbatched shape of a value.

@@ -1,7 +1,8 @@
 //! User-defined differentiation and rematerialization: `custom_jvp`, `custom_vjp` and
 //! `checkpoint`. Each stages a call-like primitive whose body is inlined when compiled;
 //! the differentiation interpreters (`ad.rs`) consult the user's rules instead of the
-//! body. See <https://docs.jax.dev/en/latest/notebooks/Custom_derivative_rules_for_Python_code.html>
+//! body, and `vmap` keeps the primitive with a batched body and a batched rule
+//! (`batched_rule`), so differentiating a vmapped function still uses the rule. See <https://docs.jax.dev/en/latest/notebooks/Custom_derivative_rules_for_Python_code.html>
 //! and <https://docs.jax.dev/en/latest/gradient-checkpointing.html>.
 
 use super::interp::{trace_to_jaxpr, OpenJaxpr};
@@ -80,6 +81,31 @@ fn call<R: Pytree>(j: OpenJaxpr, out: Flat, args: Vec<Array>, make: impl FnOnce(
     let p = make(Box::new(close(&j.jaxpr)), nconsts);
     let outs = bind(p, operands, Location::caller())?;
     unflatten_like::<R>(&out.treedef, outs, out.statics)
+}
+
+/// The rule of a custom call batched by `vmap`: the rule `id` mapped over dimension 0 of
+/// every value it takes and returns (all arguments of a batched call are batch-first).
+/// JVP rules map `(primals, tangents)`; VJP rules map `fwd` over the primals and `bwd`
+/// over `(residuals, cotangents)`. Returns the new rule's id.
+pub(crate) fn batched_rule(id: RuleId) -> Result<RuleId> {
+    use super::batching::vmap;
+    Ok(match rule(id)? {
+        Rule::Jvp(r) => register(Rule::Jvp(Rc::new(move |p: &[Array], t: &[Array]| {
+            let r = r.clone();
+            vmap(move |(p, t): (Vec<Array>, Vec<Array>)| r(&p, &t))((p.to_vec(), t.to_vec()))
+        }))),
+        Rule::Vjp(fwd, bwd) => {
+            let fwd2: FwdFn = Rc::new(move |p: &[Array]| {
+                let fwd = fwd.clone();
+                vmap(move |p: Vec<Array>| fwd(&p))(p.to_vec())
+            });
+            let bwd2: BwdFn = Rc::new(move |res: &[Array], cts: &[Array]| {
+                let bwd = bwd.clone();
+                vmap(move |(r, c): (Vec<Array>, Vec<Array>)| bwd(&r, &c))((res.to_vec(), cts.to_vec()))
+            });
+            register(Rule::Vjp(fwd2, bwd2))
+        }
+    })
 }
 
 /// `jax.custom_jvp(f)` with `f.defjvp(rule)`: `rule(primals, tangents)` returns
