@@ -190,12 +190,12 @@ fn gather_and_scatter_rules_match_finite_differences() {
     check("advanced indexing (duplicates)", |x| wsum(&x.index(s![&ints(&[5], &[3, 0, 3, -1, 2])])), &X6);
     check("2-d advanced indexing", |x| wsum(&x.reshape(&[2, 3]).index(s![&ints(&[2], &[1, 0]), &ints(&[2], &[2, 2])])), &X6);
     check("gather of windows", |x| {
-        let dn = GatherDims { offset_dims: vec![1], collapsed_slice_dims: vec![0], start_index_map: vec![0, 1] };
+        let dn = GatherDims { offset_dims: vec![1], collapsed_slice_dims: vec![0], start_index_map: vec![0, 1], ..Default::default() };
         let idx = ints(&[3, 2], &[1, 1, 0, 0, 1, 5]);
         wsum(&lax::gather(&x.reshape(&[2, 3]), &idx, dn, &[1, 2], GatherMode::Clip).unwrap())
     }, &X6);
     check("gather fill-or-drop", |x| {
-        let dn = GatherDims { offset_dims: vec![], collapsed_slice_dims: vec![0], start_index_map: vec![0] };
+        let dn = GatherDims { offset_dims: vec![], collapsed_slice_dims: vec![0], start_index_map: vec![0], ..Default::default() };
         let idx = ints(&[4, 1], &[1, 7, 4, -1]);
         let g = lax::gather(&x, &idx, dn, &[1], GatherMode::FillOrDrop).unwrap();
         wsum(&jnp::where_(&jnp::isnan(&g).unwrap(), &Array::scalar(0.0f64), &g).unwrap())
@@ -214,7 +214,7 @@ fn gather_and_scatter_rules_match_finite_differences() {
         wsum(&x.at(s![&i]).set(&x.index(s![0..3]).sin()).unwrap())
     }, &X6);
     check("scatter windows", |x| {
-        let dn = ScatterDims { update_window_dims: vec![1], inserted_window_dims: vec![0], scatter_dims_to_operand_dims: vec![0, 1] };
+        let dn = ScatterDims { update_window_dims: vec![1], inserted_window_dims: vec![0], scatter_dims_to_operand_dims: vec![0, 1], ..Default::default() };
         let i = ints(&[2, 2], &[0, 1, 1, 0]);
         let u = x.index(s![0..4]).reshape(&[2, 2]).sin();
         wsum(&lax::scatter(ScatterOp::Add, &x.reshape(&[2, 3]), &i, &u, dn, GatherMode::Clip).unwrap())

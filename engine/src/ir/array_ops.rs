@@ -48,8 +48,10 @@ impl GatherMode {
 
 /// XLA gather dimension numbers (the index vector is the last dimension of the indices).
 /// Output dims are the batch dims of the indices with the slice dims not collapsed placed
-/// at `offset_dims`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// at `offset_dims`. Batching dims (StableHLO's, as `vmap` makes them): operand dim
+/// `operand_batching_dims[k]` is read at the output's batch coordinate of indices dim
+/// `start_indices_batching_dims[k]` (its slice size is 1 and it is not an offset dim).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GatherDims {
     /// Output dims that index into a slice (ascending).
     pub offset_dims: Vec<usize>,
@@ -57,21 +59,27 @@ pub struct GatherDims {
     pub collapsed_slice_dims: Vec<usize>,
     /// Operand dim that each entry of an index vector starts.
     pub start_index_map: Vec<usize>,
+    /// Operand dims that are batch dims (paired with `start_indices_batching_dims`).
+    pub operand_batching_dims: Vec<usize>,
+    /// Indices dims (not the index vector dim) paired with `operand_batching_dims`.
+    pub start_indices_batching_dims: Vec<usize>,
 }
 
 impl GatherDims {
     pub fn text(&self) -> String {
         format!(
-            "GatherDimensionNumbers(offset_dims={}, collapsed_slice_dims={}, start_index_map={}, operand_batching_dims=(), start_indices_batching_dims=())",
+            "GatherDimensionNumbers(offset_dims={}, collapsed_slice_dims={}, start_index_map={}, operand_batching_dims={}, start_indices_batching_dims={})",
             py_tuple(&self.offset_dims),
             py_tuple(&self.collapsed_slice_dims),
-            py_tuple(&self.start_index_map)
+            py_tuple(&self.start_index_map),
+            py_tuple(&self.operand_batching_dims),
+            py_tuple(&self.start_indices_batching_dims)
         )
     }
 }
 
 /// XLA scatter dimension numbers (index vector last), the mirror of `GatherDims`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ScatterDims {
     /// Update dims that index into the window (ascending).
     pub update_window_dims: Vec<usize>,
@@ -79,15 +87,21 @@ pub struct ScatterDims {
     pub inserted_window_dims: Vec<usize>,
     /// Operand dim that each entry of an index vector starts.
     pub scatter_dims_to_operand_dims: Vec<usize>,
+    /// Operand dims that are batch dims (paired with `scatter_indices_batching_dims`).
+    pub operand_batching_dims: Vec<usize>,
+    /// Indices dims (not the index vector dim) paired with `operand_batching_dims`.
+    pub scatter_indices_batching_dims: Vec<usize>,
 }
 
 impl ScatterDims {
     pub fn text(&self) -> String {
         format!(
-            "ScatterDimensionNumbers(update_window_dims={}, inserted_window_dims={}, scatter_dims_to_operand_dims={}, operand_batching_dims=(), scatter_indices_batching_dims=())",
+            "ScatterDimensionNumbers(update_window_dims={}, inserted_window_dims={}, scatter_dims_to_operand_dims={}, operand_batching_dims={}, scatter_indices_batching_dims={})",
             py_tuple(&self.update_window_dims),
             py_tuple(&self.inserted_window_dims),
-            py_tuple(&self.scatter_dims_to_operand_dims)
+            py_tuple(&self.scatter_dims_to_operand_dims),
+            py_tuple(&self.operand_batching_dims),
+            py_tuple(&self.scatter_indices_batching_dims)
         )
     }
 }

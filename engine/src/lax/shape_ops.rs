@@ -261,14 +261,19 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             if slice_sizes.len() != a.ndim() || slice_sizes.iter().zip(&a.shape).any(|(s, n)| s > n) {
                 return Err(bad(format!("slice_sizes {slice_sizes:?} must have one entry per operand dim, each at most its size")));
             }
-            if d.start_index_map.iter().chain(&d.collapsed_slice_dims).any(|&i| i >= a.ndim())
-                || d.collapsed_slice_dims.iter().any(|&i| slice_sizes[i] != 1)
+            let nbatch = idx.ndim() - 1;
+            if d.start_index_map.iter().chain(&d.collapsed_slice_dims).chain(&d.operand_batching_dims).any(|&i| i >= a.ndim())
+                || d.collapsed_slice_dims.iter().chain(&d.operand_batching_dims).any(|&i| slice_sizes[i] != 1)
+                || d.operand_batching_dims.len() != d.start_indices_batching_dims.len()
+                || d.start_indices_batching_dims.iter().any(|&j| j >= nbatch)
+                || d.operand_batching_dims.iter().zip(&d.start_indices_batching_dims).any(|(&o, &j)| a.shape[o] != idx.shape[j])
             {
                 return Err(bad(format!("bad dimension numbers {}", d.text())));
             }
-            let nbatch = idx.ndim() - 1;
-            let offsets: Vec<usize> =
-                (0..a.ndim()).filter(|i| !d.collapsed_slice_dims.contains(i)).map(|i| slice_sizes[i]).collect();
+            let offsets: Vec<usize> = (0..a.ndim())
+                .filter(|i| !d.collapsed_slice_dims.contains(i) && !d.operand_batching_dims.contains(i))
+                .map(|i| slice_sizes[i])
+                .collect();
             let rank = nbatch + offsets.len();
             if d.offset_dims.len() != offsets.len() || d.offset_dims.iter().any(|&o| o >= rank) {
                 return Err(bad(format!("offset_dims {:?} do not fit an output of rank {rank}", d.offset_dims)));
@@ -298,9 +303,16 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             if u.dtype != a.dtype {
                 return Err(bad("updates must have the operand's dtype".into()));
             }
-            let window: Vec<usize> =
-                (0..a.ndim()).filter(|i| !d.inserted_window_dims.contains(i)).map(|i| a.shape[i]).collect();
+            let window: Vec<usize> = (0..a.ndim())
+                .filter(|i| !d.inserted_window_dims.contains(i) && !d.operand_batching_dims.contains(i))
+                .map(|i| a.shape[i])
+                .collect();
             let nbatch = idx.ndim() - 1;
+            if d.operand_batching_dims.len() != d.scatter_indices_batching_dims.len()
+                || d.operand_batching_dims.iter().zip(&d.scatter_indices_batching_dims).any(|(&o, &j)| o >= a.ndim() || j >= nbatch || a.shape[o] != idx.shape[j])
+            {
+                return Err(bad(format!("bad dimension numbers {}", d.text())));
+            }
             if u.ndim() != nbatch + d.update_window_dims.len() || d.update_window_dims.len() != window.len() {
                 return Err(bad(format!("updates must have rank {} ({} scatter dims and {} window dims)", nbatch + window.len(), nbatch, window.len())));
             }

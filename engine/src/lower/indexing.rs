@@ -1,4 +1,5 @@
-//! Lowering of XLA's `gather` and `scatter` (index vector last, no batching dims).
+//! Lowering of XLA's `gather` and `scatter` (index vector last; an operand batching dim
+//! is read at the batch coordinate of its paired indices dim, never clamped).
 //!
 //! `gather` is an elementwise `linalg.generic` over the output whose body reads the
 //! index vector and then the operand with `tensor.extract`. `scatter` is an `scf.for`
@@ -88,6 +89,10 @@ impl Lowerer {
             let mut off = dn.offset_dims.iter();
             let mut coords = vec![];
             for (i, s) in start.iter().enumerate() {
+                if let Some(k) = dn.operand_batching_dims.iter().position(|&b| b == i) {
+                    coords.push(batch[dn.start_indices_batching_dims[k]].clone());
+                    continue;
+                }
                 let w = if dn.collapsed_slice_dims.contains(&i) { None } else { off.next().map(|&od| o[od].clone()) };
                 coords.push(match (s, w) {
                     (Some(s), Some(w)) => e.op(&format!("arith.addi {s}, {w} : index")),
@@ -140,7 +145,7 @@ impl Lowerer {
         // Window size of each operand dim: 1 for inserted dims, the update's size otherwise.
         let mut wdims = dn.update_window_dims.iter();
         let wsize: Vec<(usize, Option<usize>)> = (0..a.ndim())
-            .map(|i| if dn.inserted_window_dims.contains(&i) { (1, None) } else { let w = *wdims.next().unwrap_or(&0); (ua.shape.get(w).copied().unwrap_or(1), Some(w)) })
+            .map(|i| if dn.inserted_window_dims.contains(&i) || dn.operand_batching_dims.contains(&i) { (1, None) } else { let w = *wdims.next().unwrap_or(&0); (ua.shape.get(w).copied().unwrap_or(1), Some(w)) })
             .collect();
         let mut start: Vec<Option<String>> = vec![None; a.ndim()];
         let mut ok = None;
@@ -154,6 +159,10 @@ impl Lowerer {
         }
         let mut oc = vec![];
         for i in 0..a.ndim() {
+            if let Some(k) = dn.operand_batching_dims.iter().position(|&b| b == i) {
+                oc.push(batch[dn.scatter_indices_batching_dims[k]].clone());
+                continue;
+            }
             let w = wsize[i].1.map(|wd| coords[wd].clone());
             oc.push(match (&start[i], w) {
                 (Some(s), Some(w)) => e.op(&format!("arith.addi {s}, {w} : index")),

@@ -310,7 +310,7 @@ pub fn index(x: &Array, idx: &Index) -> Result<Array> {
     }
     let (pts, grid, perm) = points(&dims)?;
     let n = dims.len();
-    let dn = GatherDims { offset_dims: vec![], collapsed_slice_dims: (0..n).collect(), start_index_map: (0..n).collect() };
+    let dn = GatherDims { offset_dims: vec![], collapsed_slice_dims: (0..n).collect(), start_index_map: (0..n).collect(), ..Default::default() };
     let g = lax::gather(&x, &pts, dn, &vec![1; n], GatherMode::PromiseInBounds)?;
     let g = lax::reshape(&g, &grid)?;
     lax::transpose(&g, &perm)
@@ -344,7 +344,7 @@ impl At<'_> {
         let p: usize = grid.iter().product();
         let v = lax::reshape(&v, &[p])?;
         let n = dims.len();
-        let dn = ScatterDims { update_window_dims: vec![], inserted_window_dims: (0..n).collect(), scatter_dims_to_operand_dims: (0..n).collect() };
+        let dn = ScatterDims { update_window_dims: vec![], inserted_window_dims: (0..n).collect(), scatter_dims_to_operand_dims: (0..n).collect(), ..Default::default() };
         let r = lax::scatter(op, &xr, &pts, &v, dn, GatherMode::FillOrDrop)?;
         lax::reshape(&r, &self.x.shape())
     }

@@ -134,8 +134,8 @@ fn along_axis_indices(idx: &Array, axis: usize) -> Result<Array> {
 
 fn point_dims(n: usize) -> (GatherDims, ScatterDims) {
     (
-        GatherDims { offset_dims: vec![], collapsed_slice_dims: (0..n).collect(), start_index_map: (0..n).collect() },
-        ScatterDims { update_window_dims: vec![], inserted_window_dims: (0..n).collect(), scatter_dims_to_operand_dims: (0..n).collect() },
+        GatherDims { offset_dims: vec![], collapsed_slice_dims: (0..n).collect(), start_index_map: (0..n).collect(), ..Default::default() },
+        ScatterDims { update_window_dims: vec![], inserted_window_dims: (0..n).collect(), scatter_dims_to_operand_dims: (0..n).collect(), ..Default::default() },
     )
 }
 
@@ -174,6 +174,8 @@ fn gather_to_scatter(dn: &GatherDims) -> ScatterDims {
         update_window_dims: dn.offset_dims.clone(),
         inserted_window_dims: dn.collapsed_slice_dims.clone(),
         scatter_dims_to_operand_dims: dn.start_index_map.clone(),
+        operand_batching_dims: dn.operand_batching_dims.clone(),
+        scatter_indices_batching_dims: dn.start_indices_batching_dims.clone(),
     }
 }
 
@@ -183,11 +185,13 @@ fn scatter_to_gather(dn: &ScatterDims, x_ndim: usize, u_shape: &[usize]) -> (Gat
         offset_dims: dn.update_window_dims.clone(),
         collapsed_slice_dims: dn.inserted_window_dims.clone(),
         start_index_map: dn.scatter_dims_to_operand_dims.clone(),
+        operand_batching_dims: dn.operand_batching_dims.clone(),
+        start_indices_batching_dims: dn.scatter_indices_batching_dims.clone(),
     };
     let mut pos = 0;
     let sizes = (0..x_ndim)
         .map(|i| {
-            if dn.inserted_window_dims.contains(&i) {
+            if dn.inserted_window_dims.contains(&i) || dn.operand_batching_dims.contains(&i) {
                 1
             } else {
                 pos += 1;

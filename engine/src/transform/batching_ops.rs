@@ -1,9 +1,9 @@
 //! Batching rules of the array-language primitives (issue 3), called from
 //! `batching::batch_eqn`. The batch dimension is always first. Shape ops shift their
-//! dimension params by one; `gather`/`scatter` with batched indices add the batch as an
-//! extra indexed dimension (an iota concatenated to the index vectors, as JAX did before
-//! XLA had batching dims); `dynamic_slice`/`dynamic_update_slice` with batched starts
-//! become that gather/scatter; convolutions fold the batch into the lhs batch dim, the
+//! dimension params by one; `gather`/`scatter` with batched indices and operand pair
+//! the two batch dims as `operand_batching_dims`/`start_indices_batching_dims`, as
+//! current JAX does; `dynamic_slice`/`dynamic_update_slice` with batched starts become
+//! such a gather/scatter; convolutions fold the batch into the lhs batch dim, the
 //! rhs output features, or (both batched) feature groups, as JAX's
 //! `_conv_general_dilated_batch_rule`.
 
@@ -33,18 +33,7 @@ fn batched(x: Array) -> BVal {
     BVal { x, batched: true }
 }
 
-/// Index vectors `[b, ..., k]` with the batch position prepended: `[b, ..., 1 + k]`
-/// (int32).
-fn prepend_batch_index(idx: &Array) -> Result<Array> {
-    let idx = lax::convert_element_type(idx, DType::I32)?;
-    let mut s = idx.shape();
-    *s.last_mut().expect("index vector dim") = 1;
-    let io = lax::iota(DType::I32, &s, 0)?;
-    let n = s.len() - 1;
-    lax::concatenate(&[io, idx], n)
-}
-
-/// Start indices (0-d each) as one `[b, n]` int32 index array.
+/// Start indices (0-d each) as one `[b, n]` int32 index array (at least one start).
 fn stacked_starts(starts: &[BVal], b: usize) -> Result<Array> {
     let parts = starts
         .iter()
@@ -55,10 +44,9 @@ fn stacked_starts(starts: &[BVal], b: usize) -> Result<Array> {
         })
         .collect::<Result<Vec<_>>>()?;
     if parts.is_empty() {
-        return lax::reshape(&lax::iota(DType::I32, &[b], 0)?, &[b, 1]);
+        return Err(Error::runtime("internal: batched start indices without starts"));
     }
-    let idx = lax::concatenate(&parts, 1)?;
-    prepend_batch_index(&idx)
+    lax::concatenate(&parts, 1)
 }
 
 /// The batched result of an issue-3 primitive with at least one batched operand;
@@ -158,7 +146,13 @@ pub(super) fn batch(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize) ->
             let xf = full_b(x, b)?;
             let n = slice_sizes.len();
             let idx = stacked_starts(starts, b)?;
-            let dn = GatherDims { offset_dims: (1..=n).collect(), collapsed_slice_dims: vec![0], start_index_map: (0..=n).collect() };
+            let dn = GatherDims {
+                offset_dims: (1..=n).collect(),
+                start_index_map: (1..=n).collect(),
+                operand_batching_dims: vec![0],
+                start_indices_batching_dims: vec![0],
+                ..Default::default()
+            };
             let mut sizes = vec![1];
             sizes.extend(slice_sizes);
             one(lax::gather(&xf, &idx, dn, &sizes, GatherMode::Clip)?)
@@ -174,7 +168,13 @@ pub(super) fn batch(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize) ->
             }
             let n = starts.len();
             let idx = stacked_starts(starts, b)?;
-            let dn = ScatterDims { update_window_dims: (1..=n).collect(), inserted_window_dims: vec![0], scatter_dims_to_operand_dims: (0..=n).collect() };
+            let dn = ScatterDims {
+                update_window_dims: (1..=n).collect(),
+                scatter_dims_to_operand_dims: (1..=n).collect(),
+                operand_batching_dims: vec![0],
+                scatter_indices_batching_dims: vec![0],
+                ..Default::default()
+            };
             one(lax::scatter(crate::ir::ScatterOp::Set, &xf, &idx, &uf, dn, GatherMode::Clip)?)
         }
         Gather { dimension_numbers: d, slice_sizes, mode, fill_value, indices_are_sorted, unique_indices } => {
@@ -183,22 +183,39 @@ pub(super) fn batch(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize) ->
                 (true, false) => {
                     let mut od = vec![0];
                     od.extend(shift(&d.offset_dims));
-                    let dn = GatherDims { offset_dims: od, collapsed_slice_dims: shift(&d.collapsed_slice_dims), start_index_map: shift(&d.start_index_map) };
+                    let dn = GatherDims {
+                        offset_dims: od,
+                        collapsed_slice_dims: shift(&d.collapsed_slice_dims),
+                        start_index_map: shift(&d.start_index_map),
+                        operand_batching_dims: shift(&d.operand_batching_dims),
+                        start_indices_batching_dims: d.start_indices_batching_dims.clone(),
+                    };
                     let mut sizes = vec![b];
                     sizes.extend(slice_sizes);
                     (dn, sizes, vec![arr(&x.x), arr(&idx.x)])
                 }
                 (false, true) => {
-                    let dn = GatherDims { offset_dims: shift(&d.offset_dims), ..d.clone() };
+                    let dn = GatherDims {
+                        offset_dims: shift(&d.offset_dims),
+                        start_indices_batching_dims: shift(&d.start_indices_batching_dims),
+                        ..d.clone()
+                    };
                     (dn, slice_sizes.clone(), vec![arr(&x.x), arr(&idx.x)])
                 }
                 _ => {
-                    let xi = prepend_batch_index(&full_b(idx, b)?)?;
-                    let mut c = vec![0];
-                    c.extend(shift(&d.collapsed_slice_dims));
-                    let mut sm = vec![0];
-                    sm.extend(shift(&d.start_index_map));
-                    let dn = GatherDims { offset_dims: shift(&d.offset_dims), collapsed_slice_dims: c, start_index_map: sm };
+                    // Both batched: the batch dims are paired (StableHLO batching dims).
+                    let xi = full_b(idx, b)?;
+                    let mut obd = vec![0];
+                    obd.extend(shift(&d.operand_batching_dims));
+                    let mut sibd = vec![0];
+                    sibd.extend(shift(&d.start_indices_batching_dims));
+                    let dn = GatherDims {
+                        offset_dims: shift(&d.offset_dims),
+                        collapsed_slice_dims: shift(&d.collapsed_slice_dims),
+                        start_index_map: shift(&d.start_index_map),
+                        operand_batching_dims: obd,
+                        start_indices_batching_dims: sibd,
+                    };
                     let mut sizes = vec![1];
                     sizes.extend(slice_sizes);
                     (dn, sizes, vec![arr(&x.x), arr(&xi)])
@@ -224,15 +241,23 @@ pub(super) fn batch(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize) ->
                     update_window_dims: uw,
                     inserted_window_dims: shift(&d.inserted_window_dims),
                     scatter_dims_to_operand_dims: shift(&d.scatter_dims_to_operand_dims),
+                    operand_batching_dims: shift(&d.operand_batching_dims),
+                    scatter_indices_batching_dims: d.scatter_indices_batching_dims.clone(),
                 };
                 (dn, idx.x.clone())
             } else {
-                let mut ins_d = vec![0];
-                ins_d.extend(shift(&d.inserted_window_dims));
-                let mut sd = vec![0];
-                sd.extend(shift(&d.scatter_dims_to_operand_dims));
-                let dn = ScatterDims { update_window_dims: shift(&d.update_window_dims), inserted_window_dims: ins_d, scatter_dims_to_operand_dims: sd };
-                (dn, prepend_batch_index(&idx.x)?)
+                let mut obd = vec![0];
+                obd.extend(shift(&d.operand_batching_dims));
+                let mut sibd = vec![0];
+                sibd.extend(shift(&d.scatter_indices_batching_dims));
+                let dn = ScatterDims {
+                    update_window_dims: shift(&d.update_window_dims),
+                    inserted_window_dims: shift(&d.inserted_window_dims),
+                    scatter_dims_to_operand_dims: shift(&d.scatter_dims_to_operand_dims),
+                    operand_batching_dims: obd,
+                    scatter_indices_batching_dims: sibd,
+                };
+                (dn, idx.x.clone())
             };
             let q = Scatter { op: *op, dimension_numbers: dn, mode: *mode, indices_are_sorted: *indices_are_sorted, unique_indices: *unique_indices };
             one(b1(q, vec![arr(&xf), arr(&iv), arr(&uf)])?)
