@@ -21,6 +21,8 @@ pub mod context;
 mod tests;
 #[cfg(test)]
 mod tests_ops;
+#[cfg(test)]
+mod tests_approx;
 
 pub use analysis::{cost_analysis, memory_analysis, CostAnalysis, MemoryAnalysis};
 

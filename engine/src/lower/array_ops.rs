@@ -223,6 +223,11 @@ pub(super) fn unary(e: &mut Emitter, p: &Primitive, x: &str, d: DType) -> Result
         };
     }
     let xc = to_compute(e, x, d);
+    if c == DType::F32 {
+        if let Some(r) = super::approx::unary_f32(e, p, &xc) {
+            return Ok(from_compute(e, &r, d));
+        }
+    }
     let r = match p {
         Sign => {
             let one = fconst(e, 1.0, c);

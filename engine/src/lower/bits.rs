@@ -167,7 +167,7 @@ pub(crate) fn erf_inv(e: &mut Emitter, x: &str, c: DType) -> String {
     let f = |e: &mut Emitter, v: f32| e.scalar_const(&float_lit(v as f64, DType::F32), DType::F32);
     let nx = e.op(&format!("arith.negf {x} : f32"));
     let mxx = e.op(&format!("arith.mulf {x}, {nx} : f32"));
-    let l = e.op(&format!("math.log1p {mxx} : f32"));
+    let l = super::approx::unary_f32(e, &Primitive::Log1p, &mxx).expect("log1p has an f32 approximation");
     let w = e.op(&format!("arith.negf {l} : f32"));
     let five = f(e, 5.0);
     let lt = e.op(&format!("arith.cmpf olt, {w}, {five} : f32"));

@@ -51,6 +51,11 @@ pub(crate) fn unary(e: &mut Emitter, prim: &Primitive, x: &str, d: DType) -> Res
     let t = c.mlir();
     if d.is_float() {
         let xc = to_compute(e, x, d);
+        if c == DType::F32 {
+            if let Some(r) = super::approx::unary_f32(e, prim, &xc) {
+                return Ok(from_compute(e, &r, d));
+            }
+        }
         let r = match prim {
             Neg => e.op(&format!("arith.negf {xc} : {t}")),
             Exp => e.op(&format!("math.exp {xc} : {t}")),

@@ -1,0 +1,189 @@
+//! Accuracy of the inline f32 approximations (`lower::approx`), compiled and run, against
+//! the f64 reference of Rust's libm over dense sweeps of each function's domain plus the
+//! edge cases (±0, ±inf, NaN, subnormals, large |x|). Bounds are in ulps of the f32
+//! reference; the bounds asserted here are the ones documented in `lower::approx`.
+
+use super::tests::compile_jaxpr;
+use crate::ir::{DType, Primitive, ShapedArray};
+use crate::lower::tests::Builder;
+use crate::runtime::Buffer;
+use Primitive as P;
+
+/// Distance in ulps between an f32 result and the f64 truth (rounded to f32 first).
+/// Subnormal truths count ulps of the smallest subnormal.
+fn ulps(got: f32, want: f64) -> f64 {
+    let w = want as f32;
+    if got.is_nan() || w.is_nan() {
+        return if got.is_nan() && w.is_nan() { 0.0 } else { f64::INFINITY };
+    }
+    if got == w {
+        return 0.0;
+    }
+    if got.is_infinite() || w.is_infinite() {
+        return f64::INFINITY;
+    }
+    // ulp of w: 2^(exponent(w) - 23) from its exponent bits (subnormals: the smallest one).
+    let e = (w.abs().to_bits() >> 23) as i32;
+    let ulp_w = if e == 0 { f32::from_bits(1) as f64 } else { 2f64.powi(e - 127 - 23) };
+    (got as f64 - want).abs() / ulp_w
+}
+
+/// Runs the unary primitive `p` on `xs` (f32) through the compiler.
+fn run(p: P, xs: &[f32]) -> Vec<f32> {
+    let mut b = Builder::new();
+    let x = b.arg(&[xs.len()], DType::F32);
+    let y = b.op(p, &[x], &[xs.len()], DType::F32);
+    let exe = compile_jaxpr(&b.finish(&[y]));
+    let inb = Buffer::from_slice(&ShapedArray::new(&[xs.len()], DType::F32), xs).unwrap();
+    exe.execute(&[&inb]).unwrap()[0].as_slice::<f32>().unwrap().to_vec()
+}
+
+/// A sweep of `n` points over [lo, hi], plus every edge case.
+fn sweep(lo: f64, hi: f64, n: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..=n).map(|i| (lo + (hi - lo) * i as f64 / n as f64) as f32).collect();
+    v.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE, -f32::MIN_POSITIVE, f32::from_bits(1)]);
+    v.extend([f32::from_bits(0x0040_0000), -f32::from_bits(0x0040_0000), f32::MAX, f32::MIN, 1e-30, -1e-30, 1e-6, -1e-6, 1e30, -1e30]);
+    v
+}
+
+/// Log-spaced positive values from 2^lo to 2^hi, both signs when `signed`.
+fn logsweep(lo: i32, hi: i32, per_octave: usize, signed: bool) -> Vec<f32> {
+    let mut v = vec![];
+    for e in lo..hi {
+        for k in 0..per_octave {
+            let x = 2f64.powf(e as f64 + k as f64 / per_octave as f64) as f32;
+            v.push(x);
+            if signed {
+                v.push(-x);
+            }
+        }
+    }
+    v
+}
+
+/// Checks `p` against `reference` on `xs`; panics with the worst point above `max_ulps`.
+fn check(p: P, xs: Vec<f32>, reference: impl Fn(f64) -> f64, max_ulps: f64) {
+    let got = run(p.clone(), &xs);
+    let mut worst = (0.0, 0.0f32, 0.0f32, 0.0f64);
+    for (&x, &g) in xs.iter().zip(&got) {
+        let want = reference(x as f64);
+        let u = ulps(g, want);
+        if u > worst.0 {
+            worst = (u, x, g, want);
+        }
+    }
+    assert!(worst.0 <= max_ulps, "{}: {} ulps at x = {:e}: got {:e}, want {:e}", p.name(), worst.0, worst.1, worst.2, worst.3);
+}
+
+fn logistic(x: f64) -> f64 {
+    if x >= 0.0 { 1.0 / (1.0 + (-x).exp()) } else { x.exp() / (1.0 + x.exp()) }
+}
+
+/// erf in f64 (Rust's std has no erf): W. J. Cody's rational approximations are not needed
+/// for a test reference; the Taylor series for |x| < 2.5 and the continued fraction of erfc
+/// beyond converge to f64 precision.
+fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    let r = if a < 2.5 {
+        // erf(x) = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1))
+        let mut term = a;
+        let mut sum = a;
+        let x2 = a * a;
+        let mut n = 0.0;
+        while term.abs() > 1e-17 * sum.abs() {
+            n += 1.0;
+            term *= -x2 / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else if a < 30.0 {
+        // erfc(x) = e^(-x²)/√π · 1/(x + 1/2/(x + 1/(x + 3/2/(x + ...)))) (Lentz-free, backward)
+        let mut f = a;
+        for k in (1..200).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * f)
+    } else {
+        1.0
+    };
+    r.copysign(x)
+}
+
+#[test]
+fn exp_within_2_ulp() {
+    let mut xs = sweep(-110.0, 90.0, 200_000);
+    xs.extend(sweep(-1.0, 1.0, 20_000));
+    xs.extend(logsweep(-40, 0, 64, true));
+    check(P::Exp, xs, f64::exp, 2.0);
+}
+
+#[test]
+fn log_within_2_ulp() {
+    let mut xs = logsweep(-149, 128, 256, false);
+    xs.extend(sweep(0.5, 2.0, 100_000));
+    xs.extend(sweep(-5.0, 5.0, 1000));
+    check(P::Log, xs, f64::ln, 2.0);
+}
+
+#[test]
+fn log1p_and_expm1_within_3_ulp() {
+    let mut xs = logsweep(-60, 100, 128, true);
+    xs.extend(sweep(-0.999, 3.0, 100_000));
+    xs.push(-1.0);
+    check(P::Log1p, xs, f64::ln_1p, 3.0);
+    let mut xs = logsweep(-60, 7, 256, true);
+    xs.extend(sweep(-100.0, 89.0, 100_000));
+    check(P::Expm1, xs, f64::exp_m1, 3.0);
+}
+
+#[test]
+fn tanh_within_5_ulp() {
+    let mut xs = sweep(-12.0, 12.0, 200_000);
+    xs.extend(logsweep(-60, 6, 256, true));
+    check(P::Tanh, xs, f64::tanh, 5.0);
+}
+
+#[test]
+fn logistic_within_3_ulp() {
+    let mut xs = sweep(-110.0, 110.0, 200_000);
+    xs.extend(logsweep(-60, 7, 128, true));
+    check(P::Logistic, xs, logistic, 3.0);
+}
+
+#[test]
+fn erf_within_1_ulp() {
+    let mut xs = sweep(-6.0, 6.0, 200_000);
+    xs.extend(logsweep(-60, 4, 256, true));
+    check(P::Erf, xs, erf, 1.0);
+}
+
+#[test]
+fn half_dtypes_use_the_f32_approximations() {
+    // bf16 exp and tanh: computed in f32, rounded once to bf16 (within 1 bf16 ulp).
+    for p in [P::Exp, P::Tanh, P::Log1p, P::Erf] {
+        let xs: Vec<f64> = (0..64).map(|i| -4.0 + i as f64 * 0.125).collect();
+        let a = ShapedArray::new(&[xs.len()], DType::BF16);
+        let bytes: Vec<u8> = xs.iter().flat_map(|&x| crate::ir::Scalar::F64(x).to_bytes(DType::BF16)).collect();
+        let mut b = Builder::new();
+        let x = b.arg(&[xs.len()], DType::BF16);
+        let y = b.op(p.clone(), &[x], &[xs.len()], DType::BF16);
+        let exe = compile_jaxpr(&b.finish(&[y]));
+        let out = exe.execute(&[&Buffer::from_bytes(&a, &bytes).unwrap()]).unwrap()[0].to_f64_vec();
+        for (x, g) in xs.iter().zip(out) {
+            let want = match p {
+                P::Exp => x.exp(),
+                P::Tanh => x.tanh(),
+                P::Log1p => x.ln_1p(),
+                _ => erf(*x),
+            };
+            if want.is_nan() || want.is_infinite() {
+                assert!(g.is_nan() == want.is_nan() && (want.is_nan() || g == want), "{} bf16 at {x}: {g} vs {want}", p.name());
+                continue;
+            }
+            assert!((g - want).abs() <= want.abs() / 128.0 + 1e-30, "{} bf16 at {x}: {g} vs {want}", p.name());
+        }
+    }
+}

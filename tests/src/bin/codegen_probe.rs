@@ -1,0 +1,156 @@
+//! Codegen measurement probe (issue 4): run in release mode, prints min / median per case.
+//! `cargo run --release -p jaxrepl-tests --bin codegen_probe [case...]`; cases: ew, sum,
+//! softmax, loops, first, scan, math. Not a test: figures only, on stderr-free stdout.
+
+use jax::prelude::*;
+use jax::transform::pipeline::clear_executable_cache;
+use std::time::Instant;
+
+fn minmed(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[0], v[v.len() / 2])
+}
+
+/// CPU seconds used so far by all threads of this process (/proc/self/task/*/schedstat),
+/// a figure the other jobs on a loaded 2-core machine do not inflate the way they do
+/// wall-clock time.
+fn cpu_s() -> f64 {
+    let mut ns = 0u64;
+    if let Ok(d) = std::fs::read_dir("/proc/self/task") {
+        for t in d.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                ns += s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            }
+        }
+    }
+    ns as f64 * 1e-9
+}
+
+/// Seconds per call of `f`, `reps` samples of `inner` calls after 2 warm-ups: wall-clock
+/// (min, median), printed with the CPU time per call (min, median) on the line after.
+fn time(reps: usize, inner: usize, mut f: impl FnMut()) -> (f64, f64) {
+    f();
+    f();
+    let mut cpu = vec![];
+    let r = minmed(
+        (0..reps)
+            .map(|_| {
+                let c = cpu_s();
+                let t = Instant::now();
+                for _ in 0..inner {
+                    f();
+                }
+                cpu.push((cpu_s() - c) / inner as f64);
+                t.elapsed().as_secs_f64() / inner as f64
+            })
+            .collect(),
+    );
+    let (cm, cmd) = minmed(cpu);
+    println!("  (cpu time per call {:.3} / {:.3} ms)", cm * 1e3, cmd * 1e3);
+    r
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let want = |c: &str| args.is_empty() || args.iter().any(|a| a == c);
+    let n = 10_000_000usize;
+    let key = jax::random::key(0);
+    if want("ew") {
+        let x = jax::random::normal(&key, &[n], DType::F32).unwrap();
+        let f = jit(|x: Array| (x.clone() * 1.5 + 0.5).tanh() * x);
+        let (mn, md) = time(15, 1, || {
+            f.call(&x).unwrap().block_until_ready().unwrap();
+        });
+        println!("ew tanh(x*1.5+0.5)*x f32[1e7]: {:.2} / {:.2} ms, {:.1} / {:.1} GB/s", mn * 1e3, md * 1e3, 8.0 * n as f64 / mn / 1e9, 8.0 * n as f64 / md / 1e9);
+        for (name, g) in [
+            ("exp", jit(|x: Array| x.exp())),
+            ("log", jit(|x: Array| x.abs().log())),
+            ("sin", jit(|x: Array| x.sin())),
+            ("erf", jit(|x: Array| jnp::erf(&x).unwrap())),
+            ("logistic", jit(|x: Array| jnp::logistic(&x).unwrap())),
+        ] {
+            let (mn, md) = time(9, 1, || {
+                g.call(&x).unwrap().block_until_ready().unwrap();
+            });
+            println!("ew {name} f32[1e7]: {:.2} / {:.2} ms", mn * 1e3, md * 1e3);
+        }
+    }
+    if args.iter().any(|a| a == "ir") {
+        let x = jnp::ones(&[n], DType::F32);
+        let f = jit(|x: Array| (x.clone() * 1.5 + 0.5).tanh() * x);
+        let c = f.lower(&x).unwrap().compile().unwrap();
+        println!("{}", c.as_text());
+        std::fs::write("/tmp/probe_llvm.ll", c.llvm_ir().unwrap()).unwrap();
+        let t = Instant::now();
+        for _ in 0..5 {
+            c.call(&x).unwrap().block_until_ready().unwrap();
+        }
+        println!("compiled.call: {:.2} ms", t.elapsed().as_secs_f64() * 1e3 / 5.0);
+        return;
+    }
+    if want("sum") {
+        let x = jax::random::normal(&key, &[n], DType::F32).unwrap();
+        let f = jit(|x: Array| x.sum());
+        let (mn, md) = time(15, 1, || {
+            f.call(&x).unwrap().block_until_ready().unwrap();
+        });
+        println!("sum f32[1e7]: {:.2} / {:.2} ms, {:.1} / {:.1} GB/s", mn * 1e3, md * 1e3, 4.0 * n as f64 / mn / 1e9, 4.0 * n as f64 / md / 1e9);
+    }
+    if want("softmax") {
+        let x = jax::random::normal(&key, &[4096, 1024], DType::F32).unwrap();
+        let f = jit(|x: Array| nn::softmax(&x, -1).unwrap());
+        let (mn, md) = time(15, 1, || {
+            f.call(&x).unwrap().block_until_ready().unwrap();
+        });
+        println!("softmax f32[4096,1024]: {:.2} / {:.2} ms", mn * 1e3, md * 1e3);
+    }
+    if want("loops") {
+        let f = jit(|x: Array| lax::fori_loop(0, 10_000, |(i, c): (Array, Array)| c * 0.999 + i.astype(DType::F32), x).unwrap());
+        let x = Array::scalar(1.0f32);
+        let (mn, md) = time(9, 10, || {
+            f.call(&x).unwrap().block_until_ready().unwrap();
+        });
+        println!("fori_loop 10k: {:.2} / {:.2} ns/iter", mn * 1e9 / 1e4, md * 1e9 / 1e4);
+        let g = jit(|x: Array| {
+            lax::while_loop(|(i, _c): (Array, Array)| i.lt(10_000), |(i, c): (Array, Array)| (i + 1, c * 0.999 + 1.0), (Array::scalar(0i32), x))
+                .unwrap()
+                .1
+        });
+        let (mn, md) = time(9, 10, || {
+            g.call(&x).unwrap().block_until_ready().unwrap();
+        });
+        println!("while_loop 10k: {:.2} / {:.2} ns/iter", mn * 1e9 / 1e4, md * 1e9 / 1e4);
+    }
+    if want("first") {
+        let x = jnp::arange(1024.0);
+        let mut v = vec![];
+        let mut ct = vec![];
+        for _ in 0..7 {
+            clear_executable_cache();
+            let g = jit(|x: Array| x.sin() * 2.0 + 1.0);
+            let t0 = Instant::now();
+            let c = g.lower(&x).unwrap().compile().unwrap();
+            let t1 = Instant::now();
+            c.call(&x).unwrap().block_until_ready().unwrap();
+            v.push(t0.elapsed().as_secs_f64());
+            ct.push((t1 - t0).as_secs_f64());
+        }
+        let (mn, md) = minmed(v);
+        let (cmn, cmd) = minmed(ct);
+        println!("first call sin(x)*2+1 f32[1024]: {:.2} / {:.2} ms (lower+compile {:.2} / {:.2})", mn * 1e3, md * 1e3, cmn * 1e3, cmd * 1e3);
+    }
+    if want("scan") {
+        let x = jnp::ones(&[16], DType::F32);
+        let mut v = vec![];
+        for _ in 0..5 {
+            clear_executable_cache();
+            let g = jit(|x: Array| lax::scan(|(c, ()): (Array, ())| (c.clone() * 0.5 + 1.0, c.sin()), x, (), Some(1000), false, 1).unwrap());
+            let t0 = Instant::now();
+            let c = g.lower(&x).unwrap().compile().unwrap();
+            c.call(&x).unwrap();
+            v.push(t0.elapsed().as_secs_f64());
+        }
+        let (mn, md) = minmed(v);
+        println!("scan 1000 steps lower+compile+run: {:.2} / {:.2} ms", mn * 1e3, md * 1e3);
+    }
+}
