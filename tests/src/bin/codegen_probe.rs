@@ -77,7 +77,7 @@ fn main() {
     }
     if args.iter().any(|a| a == "ir") {
         let x = jnp::ones(&[n], DType::F32);
-        let f = jit(|x: Array| (x.clone() * 1.5 + 0.5).tanh() * x);
+        let f = if args.iter().any(|a| a == "sum") { jit(|x: Array| x.sum()) } else { jit(|x: Array| (x.clone() * 1.5 + 0.5).tanh() * x) };
         let c = f.lower(&x).unwrap().compile().unwrap();
         println!("{}", c.as_text());
         std::fs::write("/tmp/probe_llvm.ll", c.llvm_ir().unwrap()).unwrap();
@@ -138,6 +138,34 @@ fn main() {
         let (mn, md) = minmed(v);
         let (cmn, cmd) = minmed(ct);
         println!("first call sin(x)*2+1 f32[1024]: {:.2} / {:.2} ms (lower+compile {:.2} / {:.2})", mn * 1e3, md * 1e3, cmn * 1e3, cmd * 1e3);
+    }
+    if want("times") {
+        // Compile-stage split of small and scan modules at each LLVM opt level.
+        let x = jnp::arange(1024.0);
+        let x16 = jnp::ones(&[16], DType::F32);
+        let sin = jit(|x: Array| x.sin() * 2.0 + 1.0).trace(&x).unwrap().jaxpr().clone();
+        let scan = jit(|x: Array| lax::scan(|(c, ()): (Array, ())| (c.clone() * 0.5 + 1.0, c.sin()), x, (), Some(1000), false, 1).unwrap())
+            .trace(&x16)
+            .unwrap()
+            .jaxpr()
+            .clone();
+        for (name, j) in [("sin f32[1024]", sin), ("scan 1000", scan)] {
+            let m = jax::lower::lower_jaxpr(&j, "f", &Default::default()).unwrap();
+            std::fs::write(format!("/tmp/probe_{}.mlir", name.split(' ').next().unwrap()), &m.text).unwrap();
+            for opt in [0u8, 1, 2] {
+                let mut ts = vec![];
+                for _ in 0..5 {
+                    let t = jax::compile::compile(&m, &jax::compile::CompileOptions { opt_level: opt }).unwrap().times().clone();
+                    ts.push(t);
+                }
+                ts.sort_by(|a, b| a.total().partial_cmp(&b.total()).unwrap());
+                let t = &ts[2];
+                println!(
+                    "compile {name} O{opt}: parse {:.1} passes {:.1} engine {:.1} codegen {:.1} total {:.1} ms (median of 5)",
+                    t.parse * 1e3, t.passes * 1e3, t.engine * 1e3, t.codegen * 1e3, t.total() * 1e3
+                );
+            }
+        }
     }
     if want("scan") {
         let x = jnp::ones(&[16], DType::F32);
