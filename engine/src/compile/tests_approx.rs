@@ -187,3 +187,37 @@ fn half_dtypes_use_the_f32_approximations() {
         }
     }
 }
+
+/// Float sums reassociate (`fastmath<reassoc>`, so LLVM vectorises them with several
+/// accumulators, as XLA does): the result must stay within f32 summation error of the f64
+/// sum — |error| ≤ n · 2^-24 · Σ|x| is the worst case for any order; the vectorised tree
+/// order is far better, and this asserts 1e-6 · Σ|x| for a full and a row-wise reduction
+/// with sizes that leave a remainder after any vector width.
+#[test]
+fn reassociated_sums_stay_close_to_the_f64_sum() {
+    let n = 1_000_003usize;
+    let xs: Vec<f32> = (0..n).map(|i| ((i as f64 * 0.618_033_988_7).fract() * 2.0 - 0.7) as f32).collect();
+    let exact: f64 = xs.iter().map(|&x| x as f64).sum();
+    let abs: f64 = xs.iter().map(|&x| (x as f64).abs()).sum();
+    let mut b = Builder::new();
+    let x = b.arg(&[n], DType::F32);
+    let y = b.op(P::ReduceSum { axes: vec![0] }, &[x], &[], DType::F32);
+    let exe = compile_jaxpr(&b.finish(&[y]));
+    let inb = Buffer::from_slice(&ShapedArray::new(&[n], DType::F32), &xs).unwrap();
+    let got = exe.execute(&[&inb]).unwrap()[0].as_slice::<f32>().unwrap()[0] as f64;
+    assert!((got - exact).abs() <= 1e-6 * abs, "sum: got {got}, f64 {exact} (Σ|x| = {abs})");
+    // Rows of 1031 (prime) elements: [967, 1031] → [967].
+    let (r, c) = (967usize, 1031usize);
+    let mut b = Builder::new();
+    let x = b.arg(&[r, c], DType::F32);
+    let y = b.op(P::ReduceSum { axes: vec![1] }, &[x], &[r], DType::F32);
+    let exe = compile_jaxpr(&b.finish(&[y]));
+    let inb = Buffer::from_slice(&ShapedArray::new(&[r, c], DType::F32), &xs[..r * c]).unwrap();
+    let out = exe.execute(&[&inb]).unwrap()[0].as_slice::<f32>().unwrap().to_vec();
+    for (i, &g) in out.iter().enumerate() {
+        let row = &xs[i * c..(i + 1) * c];
+        let e: f64 = row.iter().map(|&x| x as f64).sum();
+        let a: f64 = row.iter().map(|&x| (x as f64).abs()).sum();
+        assert!((g as f64 - e).abs() <= 1e-6 * a, "row {i}: got {g}, f64 {e}");
+    }
+}
