@@ -89,6 +89,7 @@ fn make(name: &str) -> Operand {
 
 #[test]
 fn eager_add_results_match_jax_with_x64_off() {
+    let _log = WARNING_LOG.lock().unwrap_or_else(|e| e.into_inner());
     let t = table();
     for (a, b, dtype, weak, _) in rows(&t, "x64_off") {
         if a.contains('*') && b.contains('*') {
@@ -102,6 +103,7 @@ fn eager_add_results_match_jax_with_x64_off() {
 
 #[test]
 fn x64_truncation_warning_is_jaxs_text() {
+    let _log = WARNING_LOG.lock().unwrap_or_else(|e| e.into_inner());
     assert_eq!(
         promotion::x64_truncation_warning(DType::F64, "zeros"),
         "UserWarning: Explicitly requested dtype float64 requested in zeros is not available, and will be truncated to dtype float32. \
@@ -113,6 +115,10 @@ fn x64_truncation_warning_is_jaxs_text() {
 }
 
 /// The truncation warnings recorded since `before` that name `fun`.
+/// Serialises the tests that issue truncation warnings (creating float64/int64 arrays): the warning log is process-wide and
+/// the test harness runs tests on parallel threads, so counts would race.
+static WARNING_LOG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn truncations(before: usize, fun: &str) -> Vec<String> {
     let tag = format!("requested in {fun} is");
     jax::transform::jit::warnings_issued()[before..].iter().filter(|w| w.contains(&tag)).cloned().collect()
@@ -122,6 +128,7 @@ fn truncations(before: usize, fun: &str) -> Vec<String> {
 fn creation_functions_truncate_64_bit_dtypes_with_jaxs_warning() {
     // jax 0.10.2, x64 off: every creation function given dtype=float64 returns float32 and
     // warns "Explicitly requested dtype float64 requested in <fun> is not available, ...".
+    let _log = WARNING_LOG.lock().unwrap_or_else(|e| e.into_inner());
     let x = Array::from_slice(&[1.5f32, 2.5]);
     let before = jax::transform::jit::warnings_issued().len();
     let cases: Vec<(&str, Box<dyn Fn() -> Array>, Vec<f64>)> = vec![
@@ -176,6 +183,7 @@ fn creation_functions_truncate_64_bit_dtypes_with_jaxs_warning() {
 fn astype_float64_is_the_identity_under_jit_without_x64() {
     // jax 0.10.2: make_jaxpr(lambda x: x.astype(jnp.float64))(jnp.ones(2)) with x64 off
     // is `{ lambda ; a:f32[2]. let  in (a,) }` (and warns).
+    let _log = WARNING_LOG.lock().unwrap_or_else(|e| e.into_inner());
     let j = make_jaxpr(|x: Array| x.astype(DType::F64), &jnp::ones(&[2], DType::F32)).unwrap();
     assert_eq!(j.to_string(), "{ lambda ; a:f32[2]. let  in (a,) }");
     let j = make_jaxpr(|x: Array| jnp::zeros(&[2], DType::F64) + x, &jnp::ones(&[2], DType::F32)).unwrap();
