@@ -238,8 +238,14 @@ fn basic(x: &Array, dims: &[Dim]) -> Result<Array> {
     let (mut st, mut li, mut sd) = (vec![], vec![], vec![]);
     for (i, d) in dims.iter().enumerate() {
         let Dim::Basic { start, step, len, .. } = d else { unreachable!() };
-        let (s, k) = if *step < 0 { (shape[i] - 1 - start, (-step) as usize) } else { (*start, *step as usize) };
-        let s = if *len == 0 { 0 } else { s };
+        // An empty selection (possibly of an empty dim) reads nothing from position 0.
+        let (s, k) = if *len == 0 {
+            (0, step.unsigned_abs())
+        } else if *step < 0 {
+            (shape[i] - 1 - start, (-step) as usize)
+        } else {
+            (*start, *step as usize)
+        };
         st.push(s);
         li.push(if *len == 0 { 0 } else { s + (len - 1) * k + 1 });
         sd.push(k);
@@ -326,6 +332,10 @@ impl At<'_> {
     #[track_caller]
     fn apply(&self, op: ScatterOp, v: &Array) -> Result<Array> {
         let (xr, dims) = normalize(self.x, &self.idx)?;
+        if dims.is_empty() {
+            // A 0-d array indexed by `()`: the update applies to its one element.
+            return whole_update(op, &xr, v);
+        }
         // Every indexed element becomes one point (basic indices too).
         let dims: Vec<Dim> = dims.into_iter().collect();
         let (pts, grid, perm) = points(&dims)?;
@@ -378,6 +388,21 @@ impl At<'_> {
     pub fn get(&self) -> Result<Array> {
         index(self.x, &self.idx)
     }
+}
+
+/// `x.at[()].op(v)` for a 0-d `x`: `v` (broadcast to `()`) combined with `x` by `op`.
+fn whole_update(op: ScatterOp, x: &Array, v: &Array) -> Result<Array> {
+    let v = if v.dtype() == x.dtype() { v.clone() } else { lax::convert_element_type(v, x.dtype())? };
+    let v = lax::broadcast_to(&v, &[])
+        .map_err(|_| Error::value_error(format!("at[].{}: cannot broadcast updates of shape {} to the indexed shape ()", name(op), py_shape(&v.shape()))))?;
+    let prim = match op {
+        ScatterOp::Set => return Ok(v),
+        ScatterOp::Add => Primitive::Add,
+        ScatterOp::Mul => Primitive::Mul,
+        ScatterOp::Min => Primitive::Min,
+        ScatterOp::Max => Primitive::Max,
+    };
+    lax::binary(prim, Operand::Array(x.clone()), Operand::Array(v))
 }
 
 fn name(op: ScatterOp) -> &'static str {
