@@ -283,12 +283,14 @@ fn check_real_inputs(flat: &Flat) -> Result<()> {
     Ok(())
 }
 
-/// `value_and_grad` on flattened arguments: the scalar value and the gradient leaves.
-fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Flat) -> Result<(Array, Flat, Vec<Array>)> {
+/// `value_and_grad` on flattened arguments: `f`'s output leaves (the scalar value first,
+/// then, with `has_aux`, the aux leaves, which get no cotangent, as in JAX), the output
+/// structure, and the gradient leaves.
+fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Flat, has_aux: bool) -> Result<(Vec<Array>, Flat, Vec<Array>)> {
     check_real_inputs(flat)?;
     let (j, out_flat) = trace_flat(f, flat, "grad")?;
     let outs_avals = j.jaxpr.out_avals();
-    if outs_avals.len() != 1 || !outs_avals[0].shape.is_empty() {
+    if (outs_avals.len() != 1 && !has_aux) || outs_avals.first().is_none_or(|a| !a.shape.is_empty()) {
         let shape = outs_avals.first().map(|a| format!("{:?}", a.shape)).unwrap_or_else(|| "()".into());
         return Err(Error::type_error(format!(
             "Gradient only defined for scalar-output functions. Output had shape: {shape}."
@@ -300,11 +302,12 @@ fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Fl
             outs_avals[0].dtype.name()
         )));
     }
-    let _ = out_flat;
     let one = Operand::Lit(Scalar::F64(1.0).cast(outs_avals[0].dtype), ShapedArray::new(&[], outs_avals[0].dtype));
     let seed = lax::bind1(Primitive::BroadcastInDim { shape: vec![], broadcast_dimensions: vec![] }, vec![one])?;
     let leaves = leaves_of(flat)?;
-    let (outs, cts) = vjp_jaxpr(&j.jaxpr, &j.consts, &leaves, &[Some(seed)])?;
+    let mut cts = vec![Some(seed)];
+    cts.resize(outs_avals.len(), None);
+    let (outs, cts) = vjp_jaxpr(&j.jaxpr, &j.consts, &leaves, &cts)?;
     let grads = cts
         .into_iter()
         .zip(&leaves)
@@ -313,7 +316,7 @@ fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Fl
             None => zero_like(x),
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok((outs.into_iter().next().expect("one output"), flat.clone(), grads))
+    Ok((outs, out_flat, grads))
 }
 
 /// `jax.grad(f)`: a function returning the gradient of the scalar-valued `f` with
@@ -323,7 +326,7 @@ pub fn grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'a)
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
-        let (_, flat, grads) = value_and_grad_flat(&f, &flat)?;
+        let (_, _, grads) = value_and_grad_flat(&f, &flat, false)?;
         unflatten_like::<A>(&flat.treedef, grads, flat.statics)
     }
 }
@@ -335,44 +338,24 @@ pub fn value_and_grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
-        let (v, flat, grads) = value_and_grad_flat(&f, &flat)?;
-        Ok((v, unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
+        let (v, _, grads) = value_and_grad_flat(&f, &flat, false)?;
+        Ok((v.into_iter().next().expect("one output"), unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
     }
 }
 
 /// `jax.value_and_grad(f, has_aux=True)`: `f` returns `(value, aux)`; the result is
-/// `((value, aux), grad)`.
+/// `((value, aux), grad)`. `aux` is an output of the same trace that receives no
+/// cotangent (so it may depend on traced values, under `jit` too).
 pub fn value_and_grad_with_aux<'a, A: Pytree, X: Pytree, O: TraceOutput<Out = (Array, X)>>(
     f: impl Fn(A) -> O + 'a,
 ) -> impl Fn(A) -> Result<((Array, X), A)> + 'a {
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
-        check_real_inputs(&flat)?;
-        let aux_cell: std::cell::RefCell<Option<Flat>> = std::cell::RefCell::new(None);
-        // Trace once to learn the aux structure; the value is differentiated, aux is not.
-        let g = |x: A| -> Result<Array> {
-            let (v, aux) = f(x).into_result()?;
-            *aux_cell.borrow_mut() = Some(flatten_value(&aux));
-            Ok(v)
-        };
-        let (v, flat, grads) = value_and_grad_flat(&g, &flat)?;
-        let aux_flat = aux_cell.borrow_mut().take().ok_or_else(|| Error::runtime("internal: aux not produced"))?;
-        let aux = stop_aux(&aux_flat)?;
-        Ok(((v, aux), unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
+        let (outs, out_flat, grads) = value_and_grad_flat(&f, &flat, true)?;
+        let out = unflatten_like::<(Array, X)>(&out_flat.treedef, outs, out_flat.statics)?;
+        Ok((out, unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
     }
-}
-
-fn stop_aux<X: Pytree>(aux: &Flat) -> Result<X> {
-    // The aux leaves are tracers of the finished inner trace: recompute is avoided by
-    // re-reading them only when they are concrete; traced aux is an error for now.
-    let leaves = leaves_of(aux)?;
-    if leaves.iter().any(|l| l.is_tracer()) {
-        return Err(Error::type_error(
-            "value_and_grad_with_aux: the aux output depends on traced values; return it from a jitted function instead",
-        ));
-    }
-    unflatten_like::<X>(&aux.treedef, leaves, aux.statics.clone())
 }
 
 /// `jax.lax.stop_gradient(x)`: `x`, with zero derivative.
@@ -384,80 +367,51 @@ pub fn stop_gradient(x: &Array) -> Array {
     lax::bind1(Primitive::StopGradient, vec![Operand::Array(x.clone())]).unwrap_or_else(|e| crate::numpy::ops::fail(e, x.aval()))
 }
 
-fn basis(n: usize, dtype: DType, shape: &[usize], i: usize) -> Array {
-    let mut v = vec![0.0f64; n];
-    v[i] = 1.0;
-    let aval = ShapedArray::new(shape, dtype);
-    let mut bytes = Vec::new();
-    for x in v {
-        bytes.extend(Scalar::F64(x).cast(dtype).to_bytes(dtype));
-    }
-    Array::from_buffer(crate::runtime::Buffer::from_bytes(&aval, &bytes).expect("size"), false)
+/// The standard basis of `shape` as one array `[n, *shape]` (`n` = its size), staged as
+/// `iota`/`eq`/`convert_element_type` like JAX's `_std_basis`.
+fn std_basis(shape: &[usize], dtype: DType) -> Result<Array> {
+    let n: usize = shape.iter().product();
+    let rows = lax::iota(DType::I32, &[n, n], 0)?;
+    let cols = lax::iota(DType::I32, &[n, n], 1)?;
+    let eye = lax::convert_element_type(&lax::binary(Primitive::Eq, Operand::Array(rows), Operand::Array(cols))?, dtype)?;
+    lax::reshape(&eye, &[vec![n], shape.to_vec()].concat())
 }
 
-fn stack(parts: &[Array], lead: &[usize]) -> Result<Array> {
-    // Stack along a new leading axis via broadcast + select-free concatenation: sum of
-    // one-hot placements (no concatenate primitive yet).
-    let inner = parts.first().map(|p| p.shape()).unwrap_or_default();
-    let mut shape = lead.to_vec();
-    shape.extend(&inner);
-    let n = parts.len();
-    let mut acc: Option<Array> = None;
-    for (i, p) in parts.iter().enumerate() {
-        let b = lax::bind1(
-            Primitive::BroadcastInDim { shape: [vec![n], inner.clone()].concat(), broadcast_dimensions: (1..=inner.len()).collect() },
-            vec![Operand::Array(p.clone())],
-        )?;
-        let onehot = basis(n, p.dtype(), &[n], i);
-        let m = lax::bind1(
-            Primitive::BroadcastInDim { shape: [vec![n], inner.clone()].concat(), broadcast_dimensions: vec![0] },
-            vec![Operand::Array(onehot)],
-        )?;
-        let term = lax::binary(Primitive::Mul, Operand::Array(b), Operand::Array(m))?;
-        acc = add_opt(acc, Some(term))?;
-    }
-    lax::reshape(&acc.ok_or_else(|| Error::value_error("cannot stack zero arrays"))?, &shape)
+/// `[n, *out]` -> `[*out, *in]`: the basis axis last, split into the input's shape.
+fn basis_axis_last(t: &Array, in_shape: &[usize]) -> Result<Array> {
+    let out_nd = t.ndim() - 1;
+    let mut perm: Vec<usize> = (1..=out_nd).collect();
+    perm.push(0);
+    let t = if out_nd > 0 { lax::transpose(t, &perm)? } else { t.clone() };
+    lax::reshape(&t, &[t.shape()[..out_nd].to_vec(), in_shape.to_vec()].concat())
 }
 
-/// `jax.jacfwd(f)` for `f: Array -> Array`: the Jacobian `[*out_shape, *in_shape]`,
-/// one JVP per input element.
+/// `jax.jacfwd(f)` for `f: Array -> Array`: the Jacobian `[*out_shape, *in_shape]`, as
+/// JAX computes it: `vmap` of the JVP over the standard basis of the input.
 pub fn jacfwd<O: TraceOutput<Out = Array>>(f: impl Fn(Array) -> O + Clone + 'static) -> impl Fn(Array) -> Result<Array> + 'static {
     move |x: Array| {
-        let n = x.size();
-        let cols = (0..n)
-            .map(|i| jvp(f.clone(), &x, &basis(n, x.dtype(), &x.shape(), i)).map(|(_, t)| t))
-            .collect::<Result<Vec<_>>>()?;
-        // cols[i] has the output shape; the Jacobian puts the input index last.
-        let st = stack(&cols, &[n])?;
-        let out_nd = st.ndim() - 1;
-        let mut perm: Vec<usize> = (1..=out_nd).collect();
-        perm.push(0);
-        let t = lax::transpose(&st, &perm)?;
-        let mut shape = t.shape()[..out_nd].to_vec();
-        shape.extend(x.shape());
-        lax::reshape(&t, &shape)
+        let f = f.clone();
+        let x2 = x.clone();
+        let cols = super::batching::vmap(move |t: Array| jvp(f.clone(), &x2, &t).map(|(_, t)| t))(std_basis(&x.shape(), x.dtype())?)?;
+        basis_axis_last(&cols, &x.shape())
     }
 }
 
-/// `jax.jacrev(f)` for `f: Array -> Array`: the Jacobian, one VJP per output element.
+/// `jax.jacrev(f)` for `f: Array -> Array`: the Jacobian `[*out_shape, *in_shape]`, as
+/// JAX computes it: `vmap` of the VJP over the standard basis of the output.
 pub fn jacrev<O: TraceOutput<Out = Array>>(f: impl Fn(Array) -> O + Clone + 'static) -> impl Fn(Array) -> Result<Array> + 'static {
     move |x: Array| {
         let mut flat = Flat::default();
         x.flatten(&mut flat);
         let (j, _) = trace_flat(&f, &flat, "jacrev")?;
         let out = j.jaxpr.out_avals().remove(0);
-        let m = out.size();
-        let rows = (0..m)
-            .map(|i| {
-                let seed = basis(m, out.dtype, &out.shape, i);
-                vjp_jaxpr(&j.jaxpr, &j.consts, std::slice::from_ref(&x), &[Some(seed)])
-                    .and_then(|(_, c)| c.into_iter().next().flatten().map(Ok).unwrap_or_else(|| zero_like(&x)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let st = stack(&rows, &[m])?;
-        let mut shape = out.shape.clone();
-        shape.extend(x.shape());
-        lax::reshape(&st, &shape)
+        let x2 = x.clone();
+        let pull = move |u: Array| -> Result<Array> {
+            let (_, c) = vjp_jaxpr(&j.jaxpr, &j.consts, std::slice::from_ref(&x2), &[Some(u)])?;
+            c.into_iter().next().flatten().map(Ok).unwrap_or_else(|| zero_like(&x2))
+        };
+        let rows = super::batching::vmap(pull)(std_basis(&out.shape, out.dtype)?)?;
+        lax::reshape(&rows, &[out.shape.clone(), x.shape()].concat())
     }
 }
 

@@ -32,6 +32,12 @@ fn neg(a: &Array) -> Result<Array> {
 fn div(a: &Array, b: &Array) -> Result<Array> {
     bin(Primitive::Div, arr(a), arr(b))
 }
+/// ∂ rem(x, y) / ∂y = -trunc(x / y) (JAX's rule: `-sign(x/y) * floor(|x/y|)`); ∂/∂x is 1.
+fn rem_dy(x: &Array, y: &Array) -> Result<Array> {
+    let q = div(x, y)?;
+    neg(&mul(&unary(Primitive::Sign, &q)?, &unary(Primitive::Floor, &unary(Primitive::Abs, &q)?)?)?)
+}
+
 fn unary(p: Primitive, a: &Array) -> Result<Array> {
     lax::bind1(p, vec![arr(a)])
 }
@@ -125,6 +131,10 @@ pub fn jvp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ts: &[Opt], out_av
             ts[1].as_ref().map(|b| mul(&ins[0], b)).transpose()?,
         )?
         .expect("some tangent"),
+        Rem => {
+            let b = ts[1].as_ref().map(|b| mul(b, &rem_dy(&ins[0], &ins[1])?)).transpose()?;
+            add_opt(ts[0].clone(), b)?.expect("some tangent")
+        }
         Div => {
             let a = ts[0].as_ref().map(|a| div(a, &ins[1])).transpose()?;
             let b = ts[1].as_ref().map(|b| neg(&mul(b, &div(&outs[0], &ins[1])?)?)).transpose()?;
@@ -254,6 +264,7 @@ pub fn vjp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ct: &Array) -> Res
         Sub => Ok(vec![back(0, ct.clone())?, back(1, neg(ct)?)?]),
         Mul => Ok(vec![back(0, mul(ct, &ins[1])?)?, back(1, mul(ct, &ins[0])?)?]),
         Div => Ok(vec![back(0, div(ct, &ins[1])?)?, back(1, neg(&mul(ct, &div(&outs[0], &ins[1])?)?)?)?]),
+        Rem => Ok(vec![back(0, ct.clone())?, back(1, mul(ct, &rem_dy(&ins[0], &ins[1])?)?)?]),
         Pow => {
             let (x, y, z) = (&ins[0], &ins[1], &outs[0]);
             let dx = mul(ct, &mul(y, &bin(Pow, arr(x), arr(&bin(Sub, arr(y), lit(1.0, y.dtype()))?))?)?)?;
