@@ -67,7 +67,7 @@ fn checkpoint_keeps_values_and_gradients() {
     }
     let l = layer.clone();
     let j = make_jaxpr(checkpoint(l), x0).unwrap().to_string();
-    assert!(j.contains("checkpoint["), "{j}");
+    assert!(j.contains("remat2["), "{j}"); // JAX 0.10.2 names the primitive remat2
     assert!(j.contains("prevent_cse=True"), "{j}");
 }
 

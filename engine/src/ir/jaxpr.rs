@@ -323,7 +323,7 @@ impl Primitive {
             Scan { .. } => "scan",
             CustomJvpCall { .. } => "custom_jvp_call",
             CustomVjpCall { .. } => "custom_vjp_call",
-            Checkpoint { .. } => "checkpoint",
+            Checkpoint { .. } => "remat2",
             DebugCallback { .. } => "debug_callback",
             Pjit { .. } => "jit",
             // -- random / bits --

@@ -1,10 +1,13 @@
 //! Prints jaxprs in JAX's text format (`jax.make_jaxpr`), byte for byte where JAX is
 //! deterministic: variables named `a, b, …, z, ba, bb, …` in order of appearance, unused
-//! equation outputs as `_`, literals as `2.0:f32[]`, params sorted and inline when the
-//! equation fits in 80 columns, otherwise one per line.
+//! equation outputs of the top-level jaxpr as `_` (sub-jaxprs name every variable, as
+//! JAX's `_dropvars` only looks at the top level), literals as `2.0:f32[]`, params sorted
+//! and inline when the equation fits in 80 columns, otherwise one per line. Sub-jaxprs
+//! of more than 10 equations are printed once before the top-level jaxpr as
+//! `let name = { .. } in` and referred to by name (JAX 0.10's `pp_toplevel_jaxpr`).
 
 use super::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Primitive, Var};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 
 const WIDTH: usize = 80;
@@ -25,12 +28,13 @@ pub fn var_name(mut n: usize) -> String {
 struct Namer {
     names: HashMap<u32, String>,
     next: usize,
-    used: HashSet<u32>,
+    /// The variables read in the top-level jaxpr; `None` inside sub-jaxprs (no `_` there).
+    used: Option<HashSet<u32>>,
 }
 
 impl Namer {
     fn bind(&mut self, v: &Var) -> String {
-        if !self.used.contains(&v.id) {
+        if self.used.as_ref().is_some_and(|u| !u.contains(&v.id)) {
             return "_".into();
         }
         let n = var_name(self.next);
@@ -92,11 +96,9 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("new_dtype".into(), new_dtype.name().into()),
             ("weak_type".into(), if *weak_type { "True" } else { "False" }.into()),
         ],
-        BroadcastInDim { shape, broadcast_dimensions } => vec![
-            ("broadcast_dimensions".into(), py_tuple(broadcast_dimensions)),
-            ("shape".into(), py_tuple(shape)),
-            ("sharding".into(), "None".into()),
-        ],
+        // JAX's pp rule shows only non-trivial broadcast_dimensions (the shape is the binder's).
+        BroadcastInDim { broadcast_dimensions, .. } if broadcast_dimensions.is_empty() => vec![],
+        BroadcastInDim { broadcast_dimensions, .. } => vec![("broadcast_dimensions".into(), py_tuple(broadcast_dimensions))],
         Reshape { new_sizes } => vec![
             ("dimensions".into(), "None".into()),
             ("new_sizes".into(), py_tuple(new_sizes)),
@@ -138,17 +140,26 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("body_nconsts".into(), body_nconsts.to_string()),
             ("cond_nconsts".into(), cond_nconsts.to_string()),
         ],
-        CustomJvpCall { name, rule, num_consts, .. } => vec![
-            ("jvp_jaxpr_fun".into(), format!("<rule {rule} of {name}>")),
-            ("num_consts".into(), num_consts.to_string()),
-            ("symbolic_zeros".into(), "False".into()),
-        ],
-        CustomVjpCall { name, rule, num_consts, .. } => vec![
-            ("bwd".into(), format!("<bwd {rule} of {name}>")),
-            ("fwd_jaxpr_thunk".into(), format!("<fwd {rule} of {name}>")),
-            ("num_consts".into(), num_consts.to_string()),
-            ("symbolic_zeros".into(), "False".into()),
-        ],
+        // JAX's pp rules: the rules' function names, num_consts only when nonzero (`name`
+        // goes first, see `eqn`). Our rules are closures: they print as `<rule N>`.
+        CustomJvpCall { rule, num_consts, .. } => {
+            let mut v = vec![("jvp".into(), format!("<rule {rule}>")), ("symbolic_zeros".into(), "False".into())];
+            if *num_consts > 0 {
+                v.push(("num_consts".into(), num_consts.to_string()));
+            }
+            v
+        }
+        CustomVjpCall { rule, num_consts, .. } => {
+            let mut v = vec![
+                ("bwd".into(), format!("<bwd {rule}>")),
+                ("fwd".into(), format!("<fwd {rule}>")),
+                ("symbolic_zeros".into(), "False".into()),
+            ];
+            if *num_consts > 0 {
+                v.push(("num_consts".into(), num_consts.to_string()));
+            }
+            v
+        }
         Checkpoint { policy, .. } => vec![
             ("differentiated".into(), "False".into()),
             ("policy".into(), policy.name().into()),
@@ -168,6 +179,45 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
 struct Printer {
     namer: Namer,
     out: String,
+    /// Sub-jaxprs printed once at the top, by address, with their names.
+    shared: HashMap<*const Jaxpr, String>,
+}
+
+/// The equation's `name` param, which JAX names an outlined sub-jaxpr after.
+fn eqn_name(p: &Primitive) -> Option<&str> {
+    match p {
+        Primitive::Pjit { name, .. } | Primitive::CustomJvpCall { name, .. } | Primitive::CustomVjpCall { name, .. } => Some(name),
+        _ => None,
+    }
+}
+
+/// The sub-jaxprs JAX prints once before the top-level jaxpr (those of more than 10
+/// equations), in breadth-first order, named after the equation's `name` param (without
+/// `<>`) or `jaxpr`, with `1`, `2`, .. appended to repeated names.
+fn shared_jaxprs(top: &Jaxpr) -> Vec<(&Jaxpr, String)> {
+    let mut out = vec![];
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    let mut queue: VecDeque<(&Jaxpr, Option<&str>)> = VecDeque::from([(top, None)]);
+    while let Some((j, name)) = queue.pop_front() {
+        if !std::ptr::eq(j, top) && j.eqns.len() > 10 {
+            let base = name.unwrap_or("jaxpr").trim_matches(|c| c == '<' || c == '>').to_string();
+            let count = *counts.get(&base).unwrap_or(&0);
+            *counts.entry(base.clone()).or_default() += 1;
+            let name = if count > 0 { format!("{base}{count}") } else { base };
+            if count > 0 {
+                *counts.entry(name.clone()).or_default() += 1;
+            }
+            out.push((j, name));
+        }
+        for e in &j.eqns {
+            let mut subs = e.primitive.sub_jaxprs();
+            if let Primitive::While { .. } = e.primitive {
+                subs.reverse(); // JAX's params hold cond_jaxpr before body_jaxpr
+            }
+            queue.extend(subs.into_iter().map(|s| (s, eqn_name(&e.primitive))));
+        }
+    }
+    out
 }
 
 impl Printer {
@@ -175,9 +225,16 @@ impl Printer {
     /// Prints `j` in its own naming scope (sub-jaxprs reuse variable ids of their own;
     /// the name counter continues across scopes, as in JAX).
     fn jaxpr(&mut self, j: &Jaxpr, indent: usize) {
-        let mut used = HashSet::new();
-        collect_used(j, &mut used);
-        let saved_used = std::mem::replace(&mut self.namer.used, used);
+        if let Some(name) = self.shared.get(&(j as *const Jaxpr)).cloned() {
+            self.out.push_str(&name);
+            return;
+        }
+        self.jaxpr_body(j, indent);
+    }
+
+    /// Prints `j` itself (even when it is shared) in its own naming scope.
+    fn jaxpr_body(&mut self, j: &Jaxpr, indent: usize) {
+        let saved_used = self.namer.used.take();
         let saved_names = self.namer.names.clone();
         self.jaxpr_scoped(j, indent);
         self.namer.used = saved_used;
@@ -238,16 +295,22 @@ impl Printer {
             };
             match &e.primitive {
                 Primitive::Cond { branches } => {
-                    let mut v = String::from("(");
-                    for b in branches {
-                        let t = render(self, b, indent + 4);
+                    let texts: Vec<String> = branches.iter().map(|b| render(self, b, indent + 4)).collect();
+                    let flat = format!("({})", texts.join(" "));
+                    let v = if !flat.contains('\n') && indent + 2 + "branches=".len() + flat.len() <= WIDTH {
+                        flat
+                    } else {
+                        let mut v = String::from("(");
+                        for t in texts {
+                            v.push('\n');
+                            v.push_str(&" ".repeat(indent + 4));
+                            v.push_str(&t);
+                        }
                         v.push('\n');
-                        v.push_str(&" ".repeat(indent + 4));
-                        v.push_str(&t);
-                    }
-                    v.push('\n');
-                    v.push_str(&" ".repeat(indent + 2));
-                    v.push(')');
+                        v.push_str(&" ".repeat(indent + 2));
+                        v.push(')');
+                        v
+                    };
                     ps.push(("branches".into(), v));
                 }
                 Primitive::While { cond_jaxpr, body_jaxpr, .. } => {
@@ -266,6 +329,9 @@ impl Printer {
                 }
             }
             ps.sort();
+        }
+        if let Primitive::CustomJvpCall { name, .. } | Primitive::CustomVjpCall { name, .. } = &e.primitive {
+            ps.insert(0, ("name".into(), name.clone()));
         }
         let lhs = if outs.is_empty() { String::new() } else { format!("{} = ", outs.join(" ")) };
         let name = e.primitive.name();
@@ -295,8 +361,18 @@ impl Printer {
 
 /// Prints a jaxpr as JAX does.
 pub fn print_jaxpr(j: &Jaxpr) -> String {
-    let mut p = Printer { namer: Namer { names: HashMap::new(), next: 0, used: HashSet::new() }, out: String::new() };
-    p.jaxpr(j, 0);
+    let mut p = Printer { namer: Namer { names: HashMap::new(), next: 0, used: None }, out: String::new(), shared: HashMap::new() };
+    let shared = shared_jaxprs(j);
+    p.shared = shared.iter().map(|(sub, name)| (*sub as *const Jaxpr, name.clone())).collect();
+    for (sub, name) in shared {
+        p.out.push_str(&format!("let {name} = "));
+        p.jaxpr_body(sub, 0);
+        p.out.push_str(" in\n");
+    }
+    let mut used = HashSet::new();
+    collect_used(j, &mut used);
+    p.namer.used = Some(used);
+    p.jaxpr_scoped(j, 0);
     p.out
 }
 
