@@ -189,3 +189,64 @@ fn astype_float64_is_the_identity_under_jit_without_x64() {
     let j = make_jaxpr(|x: Array| jnp::zeros(&[2], DType::F64) + x, &jnp::ones(&[2], DType::F32)).unwrap();
     assert!(j.to_string().contains("f32[2]") && !j.to_string().contains("f64"), "{j}");
 }
+
+/// The lattice's operands with x64 on: every dtype strong, and the weak int and float.
+fn lattice_operands() -> Vec<(DType, bool)> {
+    let t = table();
+    let names: Vec<String> = rows(&t, "x64_on").into_iter().filter(|r| r.1 == "bool").map(|r| r.0).collect();
+    names.iter().map(|n| operand(n, true)).collect()
+}
+
+/// Join-semilattice laws of `promote_lattice`, exhaustively over its 13 operands (2197
+/// triples: cheaper and stronger than sampling them).
+#[test]
+fn lattice_is_commutative_associative_and_idempotent() {
+    let ops = lattice_operands();
+    assert_eq!(ops.len(), 13);
+    let p = promotion::promote_lattice;
+    for &a in &ops {
+        assert_eq!(p(a, a), a, "idempotent {a:?}");
+        for &b in &ops {
+            assert_eq!(p(a, b), p(b, a), "commutative {a:?} {b:?}");
+            for &c in &ops {
+                assert_eq!(p(p(a, b), c), p(a, p(b, c)), "associative {a:?} {b:?} {c:?}");
+            }
+        }
+    }
+}
+
+mod op_results {
+    use super::*;
+    use jax::ir::Primitive;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngSeed};
+
+    /// Operands with x64 off: strong arrays of 9 dtypes, then the weak int and float literals.
+    const NAMES: [&str; 11] = ["bool", "uint8", "uint32", "int8", "int16", "int32", "bfloat16", "float16", "float32", "i*", "f*"];
+    const PRIMS: [Primitive; 4] = [Primitive::Add, Primitive::Mul, Primitive::Max, Primitive::Min];
+
+    fn config() -> Config {
+        Config { cases: 64, failure_persistence: None, rng_seed: RngSeed::Fixed(0x7072_6f6d), ..Config::default() }
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// Binary ops (eagerly and under jit) and `where` give `promote`'s dtype and weak type.
+        #[test]
+        fn result_dtypes_follow_promote(a in 0usize..11, b in 0usize..9, p in 0usize..4) {
+            let (x, y) = (make(NAMES[a]), make(NAMES[b]));
+            let want = lax::promote(&x.aval(), &y.aval());
+            let r = lax::binary(PRIMS[p].clone(), x.clone(), y.clone()).unwrap();
+            prop_assert_eq!((r.dtype(), r.weak_type()), want, "{:?}({}, {})", PRIMS[p], NAMES[a], NAMES[b]);
+            if let (Operand::Array(xa), Operand::Array(ya)) = (&x, &y) {
+                let prim = PRIMS[p].clone();
+                let f = jit(move |(u, v): (Array, Array)| lax::binary(prim.clone(), Operand::Array(u), Operand::Array(v)));
+                let j = f.call((xa, ya)).unwrap();
+                prop_assert_eq!((j.dtype(), j.weak_type()), want, "jit {:?}({}, {})", PRIMS[p], NAMES[a], NAMES[b]);
+                let w = jnp::where_(&jnp::zeros(&[2], DType::Bool), xa, ya).unwrap();
+                prop_assert_eq!((w.dtype(), w.weak_type()), want, "where({}, {})", NAMES[a], NAMES[b]);
+            }
+        }
+    }
+}

@@ -141,18 +141,19 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("cond_nconsts".into(), cond_nconsts.to_string()),
         ],
         // JAX's pp rules: the rules' function names, num_consts only when nonzero (`name`
-        // goes first, see `eqn`). Our rules are closures: they print as `<rule N>`.
-        CustomJvpCall { rule, num_consts, .. } => {
-            let mut v = vec![("jvp".into(), format!("<rule {rule}>")), ("symbolic_zeros".into(), "False".into())];
+        // goes first, see `eqn`). Our rules are closures, which have no names: `<closure>`
+        // (as JAX prints `<lambda>`).
+        CustomJvpCall { num_consts, .. } => {
+            let mut v = vec![("jvp".into(), "<closure>".into()), ("symbolic_zeros".into(), "False".into())];
             if *num_consts > 0 {
                 v.push(("num_consts".into(), num_consts.to_string()));
             }
             v
         }
-        CustomVjpCall { rule, num_consts, .. } => {
+        CustomVjpCall { num_consts, .. } => {
             let mut v = vec![
-                ("bwd".into(), format!("<bwd {rule}>")),
-                ("fwd".into(), format!("<fwd {rule}>")),
+                ("bwd".into(), "<closure>".into()),
+                ("fwd".into(), "<closure>".into()),
                 ("symbolic_zeros".into(), "False".into()),
             ];
             if *num_consts > 0 {
