@@ -393,7 +393,21 @@ fn batch_jaxpr(j: &Jaxpr, consts: &[Array], args: Vec<BVal>, b: usize) -> Result
     };
     for e in &j.eqns {
         let ins = e.inputs.iter().map(|a| get(&env, a)).collect::<Result<Vec<_>>>()?;
-        let outs = if ins.iter().any(|v| v.batched) {
+        let scalar_lit = |a: &Atom| matches!(a, Atom::Lit(l) if l.aval.shape.is_empty());
+        let outs = if ins.iter().any(|v| v.batched) && e.primitive.is_binary_elementwise() && e.inputs.iter().any(scalar_lit) {
+            // A 0-d literal operand stays a literal (JAX: `gt a 0.0:f32[]`), not a broadcast constant.
+            let shape = &e.outputs[0].aval.shape;
+            let ops = e
+                .inputs
+                .iter()
+                .zip(&ins)
+                .map(|(a, v)| match a {
+                    Atom::Lit(l) if l.aval.shape.is_empty() => Ok(Operand::Lit(l.value, l.aval.clone())),
+                    _ => to_full(v, b, shape).map(Operand::Array),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            bind(e.primitive.clone(), ops, loc)?.into_iter().map(|x| BVal { x, batched: true }).collect()
+        } else if ins.iter().any(|v| v.batched) {
             batch_eqn(&e.primitive, &ins, &e.outputs.first().map(|o| o.aval.clone()).unwrap_or_else(|| ShapedArray::scalar(crate::ir::DType::Bool)), b, loc)?
         } else {
             let ops = e
