@@ -170,7 +170,7 @@ fn vmap_keeps_checkpoint() {
     let c = std::rc::Rc::new(checkpoint(layer.clone()));
     let c1 = c.clone();
     let j = make_jaxpr(move |x: Array| vmap(|r: Array| c1(r))(x), &xs).unwrap().to_string();
-    assert!(j.contains("checkpoint["), "{j}");
+    assert!(j.contains("remat2["), "{j}"); // JAX 0.10.2 names the checkpoint primitive remat2
     let c2 = c.clone();
     let g = grad(move |x: Array| -> Result<Array> { Ok(vmap(|r: Array| c2(r))(x)?.sum()) })(xs.clone()).unwrap();
     assert_rows(&g, &rows(&plain), "grad(vmap(checkpoint(f)))");

@@ -191,7 +191,7 @@ fn cases() -> Vec<Case> {
         }),
         // -- gather / scatter --
         case("gather", |x| {
-            let dn = GatherDims { offset_dims: vec![1], collapsed_slice_dims: vec![0], start_index_map: vec![0, 1] };
+            let dn = GatherDims { offset_dims: vec![1], collapsed_slice_dims: vec![0], start_index_map: vec![0, 1], ..Default::default() };
             lax::gather(&m34(&x), &Array::from_vec(vec![1i32, 1, 0, 2, 2, 0], &[3, 2]).unwrap(), dn, &[1, 2], GatherMode::Clip).unwrap()
         }),
         case("scatter", |x| x.at(s![&ints(&[1, 7, 3])]).set(&x.index(s![0..3]).sin()).unwrap()),
@@ -199,7 +199,7 @@ fn cases() -> Vec<Case> {
         case("scatter-mul", |x| x.at(s![&ints(&[2, 5, 9])]).mul(&x.index(s![3..6]).cos()).unwrap()),
         case("scatter-min", |x| x.at(s![&ints(&[2, 4, 9])]).min(&(x.index(s![3..6]) * 0.5)).unwrap()),
         case("scatter-max", |x| {
-            let dn = ScatterDims { update_window_dims: vec![], inserted_window_dims: vec![0], scatter_dims_to_operand_dims: vec![0] };
+            let dn = ScatterDims { update_window_dims: vec![], inserted_window_dims: vec![0], scatter_dims_to_operand_dims: vec![0], ..Default::default() };
             lax::scatter(ScatterOp::Max, &x, &Array::from_vec(vec![3i32, 8], &[2, 1]).unwrap(), &(x.index(s![0..2]) * 2.0), dn, GatherMode::FillOrDrop).unwrap()
         }),
         // -- control flow and call-like primitives --
