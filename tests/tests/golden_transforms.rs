@@ -148,17 +148,15 @@ fn primitives(text: &str) -> Vec<String> {
         .collect()
 }
 
-const ADD_ANY: &str = "tangents and cotangents are summed with `add`; JAX stages `add_any` (add_jaxvals) for them";
 const PULLBACK: &str = "our VJP evaluates the forward pass and then calls each primitive's pullback rule going back, \
     so derivative factors (`cos` of `sin`) are computed in the backward pass; JAX linearizes (jvp + partial eval) and \
     transposes, so they are computed forward; the cotangent seed is a staged 0-d `broadcast_in_dim 1.0` (JAX: a literal)";
 const BASIS: &str = "vmap over the standard basis, as JAX, but our basis is `iota`/`eq`/`convert_element_type` \
-    (JAX's adds `add 0` and `split`), plus the add/add_any and pullback-order differences";
+    (JAX's adds `add 0` and `split`), plus the pullback-order difference";
 
 /// Cases whose primitive sequence differs from JAX's by design (or by a gap listed in the
 /// reason), and why. `DIFFERENCES` covers the `jit/` twins too.
 const DIFFERENCES: &[(&str, &str)] = &[
-    ("jvp", ADD_ANY),
     ("vjp", PULLBACK),
     ("grad", PULLBACK),
     ("value_and_grad_has_aux", PULLBACK),

@@ -113,6 +113,7 @@ fn cases() -> Vec<Case> {
         case("stop_gradient", |x| &x * &x + stop_gradient(&x) - stop_gradient(&x)).reference(|v| v * v),
         // -- elementwise binary (second operand `other(x)`) --
         case("add", |x| bin(P::Add, &x, &other(&x))),
+        case("add_any", |x| bin(P::AddAny, &x, &other(&x))),
         case("sub", |x| bin(P::Sub, &x, &other(&x))),
         case("mul", |x| bin(P::Mul, &x, &other(&x))),
         case("div", |x| bin(P::Div, &x, &other(&x))),
@@ -347,7 +348,7 @@ fn every_primitive_is_covered() {
             seen.insert(part.chars().take_while(|ch| ch.is_ascii_alphanumeric() || *ch == '_' || *ch == '-').collect::<String>());
         }
     }
-    let all = "neg exp log sin cos tanh sqrt abs not add sub mul div rem pow max min and or eq ne lt le gt ge select_n \
+    let all = "neg exp log sin cos tanh sqrt abs not add sub mul div rem pow max min and or eq ne lt le gt ge select_n add_any \
         convert_element_type broadcast_in_dim reshape transpose iota reduce_sum reduce_max reduce_min dot_general stop_gradient \
         cond while scan custom_jvp_call custom_vjp_call remat2 shift_left shift_right_logical shift_right_arithmetic \
         bitcast_convert_type erf_inv nextafter sign floor ceil round is_finite log1p expm1 logistic erf integer_pow xor \

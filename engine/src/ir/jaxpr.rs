@@ -107,6 +107,8 @@ pub enum Primitive {
     // -- elementwise binary (operands already broadcast to one shape and dtype) --
     /// x + y
     Add,
+    /// x + y accumulating tangents and cotangents (JAX's `add_any`, add_jaxvals)
+    AddAny,
     /// x - y
     Sub,
     /// x * y
@@ -292,6 +294,7 @@ impl Primitive {
             Abs => "abs",
             Not => "not",
             Add => "add",
+            AddAny => "add_any",
             Sub => "sub",
             Mul => "mul",
             Div => "div",
@@ -427,7 +430,7 @@ impl Primitive {
         use Primitive::*;
         matches!(
             self,
-            Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Eq | Ne | Lt | Le | Gt | Ge | Xor | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | NextAfter
+            Add | AddAny | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Eq | Ne | Lt | Le | Gt | Ge | Xor | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | NextAfter
         )
     }
 

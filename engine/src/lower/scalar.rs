@@ -97,7 +97,7 @@ pub(crate) fn binary(e: &mut Emitter, prim: &Primitive, x: &str, y: &str, d: DTy
         let (xc, yc) = (to_compute(e, x, d), to_compute(e, y, d));
         let cmp = |e: &mut Emitter, p: &str| e.op(&format!("arith.cmpf {p}, {xc}, {yc} : {t}"));
         let r = match prim {
-            Add => e.op(&format!("arith.addf {xc}, {yc} : {t}")),
+            Add | AddAny => e.op(&format!("arith.addf {xc}, {yc} : {t}")),
             Sub => e.op(&format!("arith.subf {xc}, {yc} : {t}")),
             Mul => e.op(&format!("arith.mulf {xc}, {yc} : {t}")),
             Div => e.op(&format!("arith.divf {xc}, {yc} : {t}")),
@@ -120,10 +120,10 @@ pub(crate) fn binary(e: &mut Emitter, prim: &Primitive, x: &str, y: &str, d: DTy
     let u = d.is_unsigned() || b;
     let cmp = |e: &mut Emitter, p: &str| e.op(&format!("arith.cmpi {p}, {x}, {y} : {t}"));
     Ok(match prim {
-        Add if b => e.op(&format!("arith.ori {x}, {y} : {t}")),
+        Add | AddAny if b => e.op(&format!("arith.ori {x}, {y} : {t}")),
         Mul | Min | And if b => e.op(&format!("arith.andi {x}, {y} : {t}")),
         Max | Or if b => e.op(&format!("arith.ori {x}, {y} : {t}")),
-        Add => e.op(&format!("arith.addi {x}, {y} : {t}")),
+        Add | AddAny => e.op(&format!("arith.addi {x}, {y} : {t}")),
         Sub if !b => e.op(&format!("arith.subi {x}, {y} : {t}")),
         Mul => e.op(&format!("arith.muli {x}, {y} : {t}")),
         Div | Rem if !b => int_div(e, prim, x, y, d),

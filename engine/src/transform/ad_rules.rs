@@ -55,11 +55,11 @@ fn select(pred: &Array, on_true: &Array, on_false: &Array) -> Result<Array> {
     lax::select_n(pred, &[on_false.clone(), on_true.clone()])
 }
 
-/// Adds two optional tangents/cotangents.
+/// Adds two optional tangents/cotangents with `add_any`, as JAX accumulates them.
 pub fn add_opt(a: Opt, b: Opt) -> Result<Opt> {
     Ok(match (a, b) {
         (None, x) | (x, None) => x,
-        (Some(a), Some(b)) => Some(add(&a, &b)?),
+        (Some(a), Some(b)) => Some(bin(Primitive::AddAny, arr(&a), arr(&b))?),
     })
 }
 
@@ -119,7 +119,13 @@ pub fn jvp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ts: &[Opt], out_av
     };
     let r = match p {
         _ if p.is_unary_elementwise() => mul(&t(0)?, &unary_factor(p, &ins[0], &outs[0])?)?,
-        Add => add_opt(ts[0].clone(), ts[1].clone())?.expect("some tangent"),
+        // JAX's add jvp is an `add` of the tangents; `add_any` is linear the same way.
+        Add => match (&ts[0], &ts[1]) {
+            (Some(a), Some(b)) => add(a, b)?,
+            (Some(x), None) | (None, Some(x)) => x.clone(),
+            (None, None) => unreachable!(),
+        },
+        AddAny => add_opt(ts[0].clone(), ts[1].clone())?.expect("some tangent"),
         Sub => match (&ts[0], &ts[1]) {
             (Some(a), Some(b)) => bin(Sub, arr(a), arr(b))?,
             (Some(a), None) => a.clone(),
@@ -260,7 +266,7 @@ pub fn vjp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ct: &Array) -> Res
     };
     match p {
         _ if p.is_unary_elementwise() => Ok(vec![back(0, mul(ct, &unary_factor(p, &ins[0], &outs[0])?)?)?]),
-        Add => Ok(vec![back(0, ct.clone())?, back(1, ct.clone())?]),
+        Add | AddAny => Ok(vec![back(0, ct.clone())?, back(1, ct.clone())?]),
         Sub => Ok(vec![back(0, ct.clone())?, back(1, neg(ct)?)?]),
         Mul => Ok(vec![back(0, mul(ct, &ins[1])?)?, back(1, mul(ct, &ins[0])?)?]),
         Div => Ok(vec![back(0, div(ct, &ins[1])?)?, back(1, neg(&mul(ct, &div(&outs[0], &ins[1])?)?)?)?]),
