@@ -215,3 +215,22 @@ fn large_products_call_the_gemm_runtime_without_copies() {
     assert!(!k.lower(&i).unwrap().as_text().contains("jaxrepl_gemm"));
     assert_eq!(k.call(&i).unwrap().to_vec::<i32>().unwrap(), vec![64; 64 * 64]);
 }
+
+#[test]
+fn gemm_inside_a_loop_body() {
+    // m <- tanh(m @ w) five times, 64x64 (above the threshold), in an scf loop.
+    let (m0, mv) = host(&[64, 64], 11);
+    let (w, wv) = host(&[64, 64], 12);
+    let f = jit(move |(m, w): (Array, Array)| lax::fori_loop(0, 5, move |(_, m): (Array, Array)| m.matmul(&w).tanh(), m).unwrap());
+    let mut cur = mv;
+    for _ in 0..5 {
+        let mut next = vec![0.0; 64 * 64];
+        for i in 0..64 {
+            for j in 0..64 {
+                next[i * 64 + j] = (0..64).map(|k| cur[i * 64 + k] * wv[k * 64 + j]).sum::<f64>().tanh();
+            }
+        }
+        cur = next;
+    }
+    check("fori_loop of tanh(m @ w)", &f.call((&m0, &w)).unwrap(), &[64, 64], &cur, 1e-4);
+}

@@ -283,7 +283,7 @@ impl Lowerer {
         let c = compute_dtype(d);
         let k: usize = lc.iter().map(|&i| la.shape[i]).product();
         let flops = out.size().saturating_mul(k);
-        if matches!(c, DType::F32 | DType::F64) && la.dtype.is_float() && ra.dtype.is_float() && flops >= GEMM_MIN_FLOPS {
+        if matches!(c, DType::F32 | DType::F64) && la.dtype.is_float() && ra.dtype.is_float() && flops >= gemm_min_flops() {
             let lg = [lb.clone(), lfree.clone(), lc.clone()];
             let rg = [rb.clone(), rc.clone(), rfree.clone()];
             return self.dot_gemm(lhs, rhs, out, lg, rg);
@@ -439,8 +439,16 @@ impl Lowerer {
 }
 
 /// Products with fewer multiply-adds than this stay in MLIR loops; larger f32/f64 ones go
-/// to the GEMM runtime. Measured with `tests/src/bin/gemm_probe.rs` (see its docs).
+/// to the GEMM runtime. Measured with `tests/src/bin/gemm_probe.rs` (see its docs); the
+/// environment variable `JAXREPL_GEMM_MIN_FLOPS`, read once per process, overrides it for
+/// such measurements (0: every float product through the runtime; a huge value: none).
 pub(crate) const GEMM_MIN_FLOPS: usize = 32 * 32 * 32;
+
+/// [`GEMM_MIN_FLOPS`] or its override from `JAXREPL_GEMM_MIN_FLOPS`.
+fn gemm_min_flops() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| std::env::var("JAXREPL_GEMM_MIN_FLOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(GEMM_MIN_FLOPS))
+}
 
 /// Row-major element strides of `shape`.
 fn row_major_strides(shape: &[usize]) -> Vec<i64> {
