@@ -3,6 +3,7 @@
 //! plain, transposed and batched operands, several batch/contracting dims in any order,
 //! size-0 and size-1 dims, and operands that are transposes inside the traced function.
 
+use jax::ir::ConvDims;
 use jax::prelude::*;
 
 /// An f32 array of `shape` with deterministic values in about [-1, 1], and those values
@@ -233,4 +234,75 @@ fn gemm_inside_a_loop_body() {
         cur = next;
     }
     check("fori_loop of tanh(m @ w)", &f.call((&m0, &w)).unwrap(), &[64, 64], &cur, 1e-4);
+}
+
+/// Index of `coords` (given per logical dim: [batch/out-feature, feature/in-feature,
+/// spatial…]) in an array of `shape` whose logical dim i is physical dim `spec[i]`.
+fn at(shape: &[usize], spec: &[usize], coords: &[usize]) -> usize {
+    let st = strides(shape);
+    spec.iter().zip(coords).map(|(&d, &c)| st[d] * c).sum()
+}
+
+#[test]
+fn large_convolutions_through_im2col_match_f64_reference() {
+    // (lhs spec, rhs spec, out spec) for NCHW/OIHW and NHWC/HWIO.
+    let layouts = [(vec![0, 1, 2, 3], vec![0, 1, 2, 3], vec![0, 1, 2, 3]), (vec![0, 3, 1, 2], vec![3, 2, 0, 1], vec![0, 3, 1, 2])];
+    // (batch, in features, out features, groups, in size, kernel, stride, pad, lhs dil, rhs dil)
+    let cfgs = [(2, 8, 16, 1, 12, 3, 1, 1, 1, 1), (3, 6, 8, 2, 15, 3, 2, 2, 1, 2), (4, 4, 12, 4, 9, 2, 1, 0, 2, 1)];
+    for (li, (ls, rs, os)) in layouts.iter().enumerate() {
+        for (ci, &(nb, cin, cout, g, hw, k, st, pad, ld, rd)) in cfgs.iter().enumerate() {
+            let phys = |spec: &Vec<usize>, logical: [usize; 4]| {
+                let mut s = vec![0; 4];
+                for i in 0..4 {
+                    s[spec[i]] = logical[i];
+                }
+                s
+            };
+            let xs = phys(ls, [nb, cin, hw, hw]);
+            let ws = phys(rs, [cout, cin / g, k, k]);
+            let (x, xv) = host(&xs, 100 + ci as u64);
+            let (w, wv) = host(&ws, 200 + ci as u64);
+            let dil_in = (hw - 1) * ld + 1;
+            let dil_k = (k - 1) * rd + 1;
+            let oh = (dil_in + 2 * pad - dil_k) / st + 1;
+            let osh = phys(os, [nb, cout, oh, oh]);
+            let mut want = vec![0.0; osh.iter().product()];
+            let pg = cout / g;
+            for b in 0..nb {
+                for o in 0..cout {
+                    for y in 0..oh {
+                        for xx in 0..oh {
+                            let mut acc = 0.0;
+                            for c in 0..cin / g {
+                                for ky in 0..k {
+                                    for kx in 0..k {
+                                        let py = (y * st + ky * rd) as i64 - pad as i64;
+                                        let px = (xx * st + kx * rd) as i64 - pad as i64;
+                                        if py < 0 || px < 0 || py % ld as i64 != 0 || px % ld as i64 != 0 {
+                                            continue;
+                                        }
+                                        let (iy, ix) = ((py / ld as i64) as usize, (px / ld as i64) as usize);
+                                        if iy >= hw || ix >= hw {
+                                            continue;
+                                        }
+                                        let ch = (o / pg) * (cin / g) + c;
+                                        acc += xv[at(&xs, ls, &[b, ch, iy, ix])] * wv[at(&ws, rs, &[o, c, ky, kx])];
+                                    }
+                                }
+                            }
+                            want[at(&osh, os, &[b, o, y, xx])] = acc;
+                        }
+                    }
+                }
+            }
+            let dn = ConvDims { lhs_spec: ls.clone(), rhs_spec: rs.clone(), out_spec: os.clone() };
+            let f = jit(move |(x, w): (Array, Array)| {
+                lax::conv_general_dilated(&x, &w, &[st, st], &[(pad as i64, pad as i64); 2], Some(&[ld, ld]), Some(&[rd, rd]), Some(dn.clone()), g).unwrap()
+            });
+            let name = format!("conv layout {li} cfg {ci}");
+            let text = f.lower((&x, &w)).unwrap().as_text();
+            assert!(text.contains("call @jaxrepl_gemm_f32"), "{name}: {text}");
+            check(&name, &f.call((&x, &w)).unwrap(), &osh, &want, 1e-5);
+        }
+    }
 }

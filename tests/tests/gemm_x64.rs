@@ -86,3 +86,44 @@ fn f64_products_and_matmul_gradients() {
     assert_close(&dp.to_vec::<f64>().unwrap(), &wp, 1e-12, "d/dp");
     assert_close(&dq.to_vec::<f64>().unwrap(), &wq, 1e-12, "d/dq");
 }
+
+#[test]
+fn large_conv_gradients_match_finite_differences() {
+    config::update("jax_enable_x64", true).unwrap();
+    // NCHW [2, 4, 20, 20] * OIHW [12, 2, 3, 3], 2 groups, stride 2, padding 1, rhs dilation
+    // 1: the conv and both of its transposes (convs with other dimension numbers, lhs
+    // dilation) go through im2col + GEMM.
+    let (xs, ws) = ([2usize, 4, 20, 20], [12usize, 2, 3, 3]);
+    let (xv, wv) = (vals(xs.iter().product(), 0.21), vals(ws.iter().product(), 0.43));
+    let conv = |x: &Array, w: &Array| lax::conv_general_dilated(x, w, &[2, 2], &[(1, 1), (1, 1)], None, None, None, 2).unwrap();
+    let x = Array::from_vec(xv.clone(), &xs).unwrap();
+    let w = Array::from_vec(wv.clone(), &ws).unwrap();
+    let out_shape = conv(&x, &w).shape();
+    let v = Array::from_vec(vals(out_shape.iter().product(), 0.77), &out_shape).unwrap();
+    let v2 = v.clone();
+    let loss = jit(move |(x, w): (Array, Array)| (conv(&x, &w).tanh() * &v).sum());
+    let g = jit(grad(move |(x, w): (Array, Array)| (conv(&x, &w).tanh() * &v2).sum()));
+    assert!(loss.lower((&x, &w)).unwrap().as_text().contains("call @jaxrepl_gemm_f64"));
+    let (dx, dw) = g.call((&x, &w)).unwrap();
+    let (dx, dw) = (dx.to_vec::<f64>().unwrap(), dw.to_vec::<f64>().unwrap());
+    let eval = |a: &[f64], b: &[f64]| {
+        let a = Array::from_vec(a.to_vec(), &xs).unwrap();
+        let b = Array::from_vec(b.to_vec(), &ws).unwrap();
+        loss.call((&a, &b)).unwrap().item::<f64>().unwrap()
+    };
+    let h = 1e-6;
+    for i in (0..xv.len()).step_by(41) {
+        let (mut p, mut q) = (xv.clone(), xv.clone());
+        p[i] += h;
+        q[i] -= h;
+        let fd = (eval(&p, &wv) - eval(&q, &wv)) / (2.0 * h);
+        assert!((dx[i] - fd).abs() <= 1e-6 * (1.0 + fd.abs()), "d/dx[{i}]: {} vs {fd}", dx[i]);
+    }
+    for i in (0..wv.len()).step_by(5) {
+        let (mut p, mut q) = (wv.clone(), wv.clone());
+        p[i] += h;
+        q[i] -= h;
+        let fd = (eval(&xv, &p) - eval(&xv, &q)) / (2.0 * h);
+        assert!((dw[i] - fd).abs() <= 1e-6 * (1.0 + fd.abs()), "d/dw[{i}]: {} vs {fd}", dw[i]);
+    }
+}

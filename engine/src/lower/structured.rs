@@ -354,7 +354,7 @@ impl Lowerer {
     /// plain and transposed 2-D operands cost no copy). Emits `bufferization.to_buffer …
     /// read_only` for the operands, a `memref.alloc` for the `[batch…, m…, n…]` result,
     /// the call, and `bufferization.to_tensor … restrict writable`.
-    fn dot_gemm(&mut self, lhs: &Val, rhs: &Val, out: &ShapedArray, lg: [Vec<usize>; 3], rg: [Vec<usize>; 3]) -> Result<Val, Error> {
+    pub(super) fn dot_gemm(&mut self, lhs: &Val, rhs: &Val, out: &ShapedArray, lg: [Vec<usize>; 3], rg: [Vec<usize>; 3]) -> Result<Val, Error> {
         let d = out.dtype;
         let c = compute_dtype(d);
         let (lhs, rhs) = (self.cast_tensor(lhs, c)?, self.cast_tensor(rhs, c)?);
@@ -445,7 +445,7 @@ impl Lowerer {
 pub(crate) const GEMM_MIN_FLOPS: usize = 32 * 32 * 32;
 
 /// [`GEMM_MIN_FLOPS`] or its override from `JAXREPL_GEMM_MIN_FLOPS`.
-fn gemm_min_flops() -> usize {
+pub(super) fn gemm_min_flops() -> usize {
     static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *MIN.get_or_init(|| std::env::var("JAXREPL_GEMM_MIN_FLOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(GEMM_MIN_FLOPS))
 }

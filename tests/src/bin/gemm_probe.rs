@@ -77,7 +77,7 @@ fn gflops(name: &str, flops: f64, (min, med): (f64, f64)) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let want = |s: &str| (args.is_empty() && s != "ir") || args.iter().any(|a| a == s);
+    let want = |s: &str| (args.is_empty() && s != "ir" && s != "mlpir" && s != "mlpgrad") || args.iter().any(|a| a == s);
     let mm = jit(|(a, b): (Array, Array)| a.matmul(&b));
     if want("ir") {
         let (a, b) = (normal(&[256, 256], 1, 1.0), normal(&[256, 256], 2, 1.0));
@@ -121,7 +121,7 @@ fn main() {
             gflops(&format!("batch matmul f32 [{b},{n},{n}]"), 2.0 * (b * n * n * n) as f64, t);
         }
     }
-    if want("mlp") {
+    if want("mlp") || want("mlpir") || want("mlpgrad") {
         let params: Vec<(Array, Array)> =
             (0..3).map(|i| (normal(&[512, 512], 10 + i, 1.0 / (512f32).sqrt()), jnp::zeros(&[512], DType::F32))).collect();
         let x = normal(&[128, 512], 20, 1.0);
@@ -141,11 +141,17 @@ fn main() {
             let d = fwd(&p, &x) - y;
             (&d * &d).mean()
         }));
+        if want("mlpir") {
+            println!("{}", g.lower((&params, &x, &y)).unwrap().as_text());
+            return;
+        }
         let flops = 3.0 * 2.0 * 128.0 * 512.0 * 512.0;
-        let t = time(7, 0.5, || {
-            f.call((&params, &x)).unwrap().block_until_ready().unwrap();
-        });
-        gflops("MLP fwd (3x512, batch 128)", flops, t);
+        if !want("mlpgrad") {
+            let t = time(7, 0.5, || {
+                f.call((&params, &x)).unwrap().block_until_ready().unwrap();
+            });
+            gflops("MLP fwd (3x512, batch 128)", flops, t);
+        }
         let t = time(7, 0.5, || {
             for (w, b) in g.call((&params, &x, &y)).unwrap().0 {
                 w.block_until_ready().unwrap();
