@@ -3,7 +3,7 @@
 //! grad of `/work/shared/bench/jax_bench.py`, and small square matmuls for choosing the
 //! GEMM-runtime threshold. Prints one line per case: GFLOP/s (or ms) min / median.
 //!
-//! Usage: `gemm_probe [raw|big|bmm|mlp|small|ir]...` (default: all but ir; raw calls
+//! Usage: `gemm_probe [raw|big|bmm|mlp|conv|small|ir|mlpir|mlpgrad]...` (default: all but ir; raw calls
 //! matrixmultiply directly, ir prints the optimized module of matmul 256). Run it once as is and once
 //! with `JAXREPL_GEMM_MIN_FLOPS=18446744073709551615` (every product in MLIR loops) or
 //! `=0` (every float product through the GEMM runtime) to compare the two paths;
@@ -120,6 +120,16 @@ fn main() {
             });
             gflops(&format!("batch matmul f32 [{b},{n},{n}]"), 2.0 * (b * n * n * n) as f64, t);
         }
+    }
+    if want("conv") {
+        // NHWC [8, 32, 32, 64] * HWIO [3, 3, 64, 64], stride 1, SAME padding.
+        let (x, w) = (normal(&[8, 32, 32, 64], 5, 1.0), normal(&[3, 3, 64, 64], 6, 0.1));
+        let dn = jax::ir::ConvDims { lhs_spec: vec![0, 3, 1, 2], rhs_spec: vec![3, 2, 0, 1], out_spec: vec![0, 3, 1, 2] };
+        let f = jit(move |(x, w): (Array, Array)| lax::conv_general_dilated(&x, &w, &[1, 1], &[(1, 1), (1, 1)], None, None, Some(dn.clone()), 1).unwrap());
+        let t = time(5, 1.0, || {
+            f.call((&x, &w)).unwrap().block_until_ready().unwrap();
+        });
+        gflops("conv NHWC 8x32x32x64, 3x3x64x64", 2.0 * 8.0 * 1024.0 * 64.0 * 64.0 * 9.0, t);
     }
     if want("mlp") || want("mlpir") || want("mlpgrad") {
         let params: Vec<(Array, Array)> =
