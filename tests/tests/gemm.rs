@@ -30,6 +30,7 @@ fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// The f64 reference of `dot_general` (output dims: batch, lhs free, rhs free).
+#[allow(clippy::too_many_arguments)]
 fn reference(ls: &[usize], lv: &[f64], rs: &[usize], rv: &[f64], lc: &[usize], rc: &[usize], lb: &[usize], rb: &[usize]) -> (Vec<usize>, Vec<f64>) {
     let lfree: Vec<usize> = (0..ls.len()).filter(|i| !lc.contains(i) && !lb.contains(i)).collect();
     let rfree: Vec<usize> = (0..rs.len()).filter(|i| !rc.contains(i) && !rb.contains(i)).collect();

@@ -93,7 +93,6 @@ unsafe fn contiguous<T>(rank: i64, desc: *const i64) -> Result<(*mut T, usize), 
 }
 
 /// `out[p] = lhs[p] · rhs[p]` for every batch `p`, as described in the module docs.
-#[allow(clippy::too_many_arguments)]
 fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]) {
     let result = std::panic::catch_unwind(|| {
         // SAFETY: compiled code passes live descriptors of its three memrefs.
@@ -115,7 +114,7 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
             return Ok(());
         }
         let [abs, ars, acs, bbs, brs, bcs] = strides.map(|x| x as isize);
-        let (a, b, c) = (Ptr(a as *mut T), Ptr(b as *mut T), Ptr(c));
+        let (a, b, c) = (Ptr(a), Ptr(b), Ptr(c));
         let one = move |p: usize| {
             // SAFETY: the lowering computed these strides from the operands' shapes, so
             // every index stays inside them; batch `p` of the output is written only here.
