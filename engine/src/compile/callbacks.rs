@@ -29,7 +29,8 @@ thread_local! {
     pub(crate) static CAPTURE: RefCell<Option<Captured>> = const { RefCell::new(None) };
 }
 
-fn fail(msg: String) {
+/// Records `msg` as the execution's failure (the first one wins); `execute` returns it.
+pub(crate) fn fail(msg: String) {
     FAILURE.with(|f| {
         let mut f = f.borrow_mut();
         if f.is_none() {

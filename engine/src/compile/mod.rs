@@ -14,6 +14,7 @@
 //! outputs are fresh buffers, inputs are never written.
 
 mod analysis;
+mod gemm;
 mod memcpy;
 pub(crate) mod callbacks;
 pub mod context;
@@ -156,7 +157,7 @@ pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executab
     t.engine = t2.elapsed().as_secs_f64();
 
     let t3 = Instant::now();
-    for (name, ptr) in callbacks::symbols().into_iter().chain(memcpy::symbols()) {
+    for (name, ptr) in callbacks::symbols().into_iter().chain(memcpy::symbols()).chain(gemm::symbols()) {
         // SAFETY: `symbols()` pairs each name with the extern "C" fn of the signature the
         // lowering declares for it; they are plain functions, valid forever.
         unsafe { engine.register_symbol(&name, ptr) };

@@ -50,6 +50,11 @@ impl Lowerer {
             return Ok(Val::T(self.splat(&z, out), out.clone()));
         }
         let c = compute_dtype(out.dtype);
+        let window: usize = (0..ns).map(|s| ra.shape[dn.rhs_spec[s + 2]]).product();
+        let flops = out.size().saturating_mul(ra.shape[dn.rhs_spec[1]]).saturating_mul(window);
+        if matches!(c, DType::F32 | DType::F64) && la.dtype.is_float() && ra.dtype.is_float() && flops >= super::structured::gemm_min_flops() {
+            return self.conv_gemm(p, lhs, rhs, out);
+        }
         let (lt, rt) = (self.tensor(lhs), self.tensor(rhs));
         let acc = ShapedArray::new(&out.shape, c);
         let zl = if c.is_float() { super::emit::float_lit(0.0, c) } else { super::emit::int_lit(0, c) };
@@ -116,6 +121,99 @@ impl Lowerer {
         self.e.pop();
         self.e.line(&format!("}} -> {at}"));
         self.cast_to(&Val::T(res, acc), out.dtype)
+    }
+
+    /// A large float `conv_general_dilated` as im2col + GEMM: a patches tensor
+    /// `[G, B, out spatial…, CI, window…]` (G = feature groups, CI = input features per
+    /// group; padding and dilations as in [`Lowerer::conv`]), multiplied per group with the
+    /// kernel viewed as `[G, CO/G, CI, window…]` through the GEMM runtime
+    /// ([`Lowerer::dot_gemm`]), then transposed into the output layout.
+    fn conv_gemm(&mut self, p: &Primitive, lhs: &Val, rhs: &Val, out: &ShapedArray) -> Result<Val, Error> {
+        let Primitive::ConvGeneralDilated { window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers: dn, feature_group_count: g, .. } = p else {
+            return Err(malformed("conv".into()));
+        };
+        let g = *g;
+        let (la, ra) = (lhs.aval().clone(), rhs.aval().clone());
+        let n = out.ndim();
+        let ns = n - 2;
+        let c = compute_dtype(out.dtype);
+        let (cout, ci) = (ra.shape[dn.rhs_spec[0]], ra.shape[dn.rhs_spec[1]]);
+        if g == 0 || cout % g != 0 {
+            return Err(malformed(format!("conv with {cout} output features in {g} groups")));
+        }
+        let pg = cout / g;
+        let bsz = out.shape[dn.out_spec[0]];
+        let osz: Vec<usize> = (0..ns).map(|s| out.shape[dn.out_spec[s + 2]]).collect();
+        let ksz: Vec<usize> = (0..ns).map(|s| ra.shape[dn.rhs_spec[s + 2]]).collect();
+        // Patches [G, B, OS…, CI, KS…].
+        let mut pshape = vec![g, bsz];
+        pshape.extend(&osz);
+        pshape.push(ci);
+        pshape.extend(&ksz);
+        let pa = ShapedArray::new(&pshape, c);
+        let lt = self.tensor(lhs);
+        let zl = super::emit::float_lit(0.0, c);
+        let (lspec, lty, ldt) = (dn.lhs_spec.clone(), la.mlir_tensor(), la.dtype);
+        let (strides, pads, ldil, rdil) = (window_strides.clone(), padding.clone(), lhs_dilation.clone(), rhs_dilation.clone());
+        let patches = self.ew(&pa, &[], &mut |e, _| {
+            let ix = |e: &mut Emitter, i: usize| e.op(&format!("linalg.index {i} : index"));
+            let (gi, b, cix) = (ix(e, 0), ix(e, 1), ix(e, 2 + ns));
+            let cic = Lowerer::cidx(e, ci as i64);
+            let gb = e.op(&format!("arith.muli {gi}, {cic} : index"));
+            let ch = e.op(&format!("arith.addi {gb}, {cix} : index"));
+            let mut coords = vec![String::new(); n];
+            coords[lspec[0]] = b;
+            coords[lspec[1]] = ch;
+            let mut valid: Option<String> = None;
+            for s in 0..ns {
+                let os = ix(e, 2 + s);
+                let ws = ix(e, 3 + ns + s);
+                let (i, v) = window_pos(e, &os, &ws, strides[s], rdil[s], pads[s].0, ldil[s], la.shape[lspec[s + 2]]);
+                coords[lspec[s + 2]] = i;
+                valid = Some(match valid {
+                    None => v,
+                    Some(a) => e.op(&format!("arith.andi {a}, {v} : i1")),
+                });
+            }
+            let x = e.op(&format!("tensor.extract {lt}[{}] : {lty}", coords.join(", ")));
+            let xc = scalar::convert(e, &x, ldt, c);
+            Ok(match valid {
+                Some(v) => {
+                    let z = e.op(&format!("arith.constant {zl} : {}", c.mlir()));
+                    e.op(&format!("arith.select {v}, {xc}, {z} : {}", c.mlir()))
+                }
+                None => xc,
+            })
+        })?;
+        // Kernel: split its output-feature dim into (G, CO/G) (a row-major reshape).
+        let o = dn.rhs_spec[0];
+        let mut wshape = ra.shape.clone();
+        wshape.splice(o..o + 1, [g, pg]);
+        let w = self.reshape(rhs, &ShapedArray::new(&wshape, ra.dtype))?;
+        let wpos = |d: usize| if d < o { d } else { d + 1 };
+        let mut wcontract = vec![wpos(dn.rhs_spec[1])];
+        wcontract.extend((0..ns).map(|s| wpos(dn.rhs_spec[s + 2])));
+        let lg = [vec![0], (1..2 + ns).collect(), (2 + ns..3 + 2 * ns).collect()];
+        let rg = [vec![o], wcontract, vec![o + 1]];
+        let mut rshape = vec![g, bsz];
+        rshape.extend(&osz);
+        rshape.push(pg);
+        let r = self.dot_gemm(&patches, &w, &ShapedArray::new(&rshape, out.dtype), lg, rg)?;
+        // [G, B, OS…, PG] -> out layout, with (G, PG) adjacent at the feature position.
+        let mut perm = vec![];
+        for i in 0..n {
+            if i == dn.out_spec[0] {
+                perm.push(1);
+            } else if i == dn.out_spec[1] {
+                perm.extend([0, 2 + ns]);
+            } else {
+                let s = (0..ns).find(|&s| dn.out_spec[s + 2] == i).ok_or_else(|| malformed("conv output spec".into()))?;
+                perm.push(2 + s);
+            }
+        }
+        let tshape: Vec<usize> = perm.iter().map(|&k| rshape[k]).collect();
+        let t = self.transpose(&r, &ShapedArray::new(&tshape, out.dtype), &perm)?;
+        self.reshape(&t, out)
     }
 
     /// `reduce_window_{sum,max,min}`: padding contributes the reduction's identity.

@@ -250,9 +250,15 @@ impl Lowerer {
         self.cast_tensor(&Val::T(res, acc), d)
     }
 
-    /// `dot_general`. Output dims are batch, lhs free, rhs free. Canonical forms become
-    /// `linalg.matmul` / `linalg.batch_matmul`; anything else a contraction
-    /// `linalg.generic` accumulating in the output's compute dtype (f32 for f16/bf16).
+    /// `dot_general`. Output dims are batch, lhs free, rhs free.
+    ///
+    /// Products of f32/f64 compute dtype (f16/bf16 operands and outputs compute in f32,
+    /// as before) with at least [`GEMM_MIN_FLOPS`] multiply-adds call the GEMM runtime
+    /// (`jaxrepl_gemm_f32`/`_f64`, see [`Lowerer::dot_gemm`]); everything else (small
+    /// products, integer and bool dots) is a contraction `linalg.generic` accumulating in
+    /// the output's compute dtype, with loops ordered batch, lhs free, contracting, rhs
+    /// free (i-k-j: the innermost loop walks the rhs and the output contiguously, so LLVM
+    /// vectorises it).
     pub(super) fn dot(&mut self, lhs: &Val, rhs: &Val, out: &ShapedArray, dims: [&Vec<usize>; 4]) -> Result<Val, Error> {
         let [lc, rc, lb, rb] = dims;
         let (la, ra) = (lhs.aval().clone(), rhs.aval().clone());
@@ -275,34 +281,29 @@ impl Lowerer {
         }
         let d = out.dtype;
         let c = compute_dtype(d);
+        let k: usize = lc.iter().map(|&i| la.shape[i]).product();
+        let flops = out.size().saturating_mul(k);
+        if matches!(c, DType::F32 | DType::F64) && la.dtype.is_float() && ra.dtype.is_float() && flops >= gemm_min_flops() {
+            let lg = [lb.clone(), lfree.clone(), lc.clone()];
+            let rg = [rb.clone(), rc.clone(), rfree.clone()];
+            return self.dot_gemm(lhs, rhs, out, lg, rg);
+        }
         let (lt, rt) = (self.tensor(lhs), self.tensor(rhs));
         let acc = ShapedArray::new(&out.shape, c);
         let zero = if c.is_float() { super::emit::float_lit(0.0, c) } else { super::emit::int_lit(0, c) };
         let z = self.e.scalar_const(&zero, c);
         let fill = self.splat(&z, &acc);
-        let same = la.dtype == d && ra.dtype == d && d == c && !d.is_bool();
-        let named = if same && lb.is_empty() && la.ndim() == 2 && ra.ndim() == 2 && lc == &[1] && rc == &[0] {
-            Some("matmul")
-        } else if same && lb == &[0] && rb == &[0] && la.ndim() == 3 && ra.ndim() == 3 && lc == &[2] && rc == &[1] {
-            Some("batch_matmul")
-        } else {
-            None
-        };
         let (ltt, rtt, at) = (la.mlir_tensor(), ra.mlir_tensor(), acc.mlir_tensor());
-        if let Some(op) = named {
-            let r = self.e.op(&format!("linalg.{op} ins({lt}, {rt} : {ltt}, {rtt}) outs({fill} : {at}) -> {at}"));
-            return Ok(Val::T(r, out.clone()));
-        }
-        // Loop dims: [batch, lhs free, rhs free, contracting].
-        let (nb, nl, nr) = (lb.len(), lfree.len(), rfree.len());
-        let n = nb + nl + nr + lc.len();
+        // Loop dims: [batch, lhs free, contracting, rhs free].
+        let (nb, nl, nc, nr) = (lb.len(), lfree.len(), lc.len(), rfree.len());
+        let n = nb + nl + nc + nr;
         let map_of = |ndim: usize, batch: &[usize], contract: &[usize], free: &[usize], free_base: usize| {
             let ex: Vec<String> = (0..ndim)
                 .map(|i| {
                     if let Some(k) = batch.iter().position(|&b| b == i) {
                         format!("d{k}")
                     } else if let Some(k) = contract.iter().position(|&b| b == i) {
-                        format!("d{}", nb + nl + nr + k)
+                        format!("d{}", nb + nl + k)
                     } else {
                         format!("d{}", free_base + free.iter().position(|&f| f == i).unwrap())
                     }
@@ -311,10 +312,12 @@ impl Lowerer {
             affine_map(n, &ex)
         };
         let lmap = map_of(la.ndim(), lb, lc, &lfree, nb);
-        let rmap = map_of(ra.ndim(), rb, rc, &rfree, nb + nl);
-        let omap = affine_map(n, &(0..nb + nl + nr).map(|i| format!("d{i}")).collect::<Vec<_>>());
-        let mut its = vec!["parallel"; nb + nl + nr];
-        its.extend(vec!["reduction"; lc.len()]);
+        let rmap = map_of(ra.ndim(), rb, rc, &rfree, nb + nl + nc);
+        let oex: Vec<String> = (0..nb + nl).chain(nb + nl + nc..n).map(|i| format!("d{i}")).collect();
+        let omap = affine_map(n, &oex);
+        let mut its = vec!["parallel"; nb + nl];
+        its.extend(vec!["reduction"; nc]);
+        its.extend(vec!["parallel"; nr]);
         let res = self.e.fresh("");
         let (x, y, o) = ("%lhs", "%rhs", "%acc");
         self.e.line(&format!(
@@ -330,8 +333,9 @@ impl Lowerer {
             let m = self.e.op(&format!("arith.andi {xc}, {yc} : {t}"));
             self.e.op(&format!("arith.ori {o}, {m} : {t}"))
         } else if c.is_float() {
-            let m = self.e.op(&format!("arith.mulf {xc}, {yc} : {t}"));
-            self.e.op(&format!("arith.addf {o}, {m} : {t}"))
+            // `contract` lets LLVM fuse the multiply-add into an FMA (as XLA's CPU dots do).
+            let m = self.e.op(&format!("arith.mulf {xc}, {yc} fastmath<contract> : {t}"));
+            self.e.op(&format!("arith.addf {o}, {m} fastmath<contract> : {t}"))
         } else {
             let m = self.e.op(&format!("arith.muli {xc}, {yc} : {t}"));
             self.e.op(&format!("arith.addi {o}, {m} : {t}"))
@@ -340,6 +344,74 @@ impl Lowerer {
         self.e.pop();
         self.e.line(&format!("}} -> {at}"));
         self.cast_tensor(&Val::T(res, acc), d)
+    }
+
+    /// A `dot_general` through the GEMM runtime (`compile::gemm`). `lg` groups the lhs dims
+    /// as [batch, free, contracting], `rg` the rhs dims as [batch, contracting, free] (free
+    /// dims ascending, batch and contracting dims paired by position). Operands are
+    /// converted to the compute dtype; an operand whose groups cannot each be merged into
+    /// one strided dim of its row-major layout is first transposed into group order (so
+    /// plain and transposed 2-D operands cost no copy). Emits `bufferization.to_buffer …
+    /// read_only` for the operands, a `memref.alloc` for the `[batch…, m…, n…]` result,
+    /// the call, and `bufferization.to_tensor … restrict writable`.
+    pub(super) fn dot_gemm(&mut self, lhs: &Val, rhs: &Val, out: &ShapedArray, lg: [Vec<usize>; 3], rg: [Vec<usize>; 3]) -> Result<Val, Error> {
+        let d = out.dtype;
+        let c = compute_dtype(d);
+        let (lhs, rhs) = (self.cast_tensor(lhs, c)?, self.cast_tensor(rhs, c)?);
+        let (lhs, ls) = self.gemm_view(&lhs, lg)?;
+        let (rhs, rs) = self.gemm_view(&rhs, rg)?;
+        let size = |a: &ShapedArray, g: &[usize]| g.iter().map(|&i| a.shape[i]).product::<usize>();
+        let (la, ra) = (lhs.0.aval().clone(), rhs.0.aval().clone());
+        let (b, m, k, n) = (size(&la, &lhs.1[0]), size(&la, &lhs.1[1]), size(&la, &lhs.1[2]), size(&ra, &rhs.1[2]));
+        let el = c.mlir();
+        let sym = format!("jaxrepl_gemm_{}", c.short_name());
+        let um = format!("memref<*x{el}>");
+        self.decls.insert(format!("func.func private @{sym}({um}, {um}, {um}{})", ", i64".repeat(10)));
+        let mut args = vec![];
+        for a in [&lhs.0, &rhs.0] {
+            let av = a.aval().clone();
+            let t = self.tensor(a);
+            let (tt, mt) = (av.mlir_tensor(), memref_of(&av.mlir_tensor()));
+            let mr = self.e.op(&format!("bufferization.to_buffer {t} read_only : {tt} to {mt}"));
+            args.push(self.e.op(&format!("memref.cast {mr} : {mt} to {um}")));
+        }
+        let acc = ShapedArray::new(&out.shape, c);
+        let (at, amt) = (acc.mlir_tensor(), memref_of(&acc.mlir_tensor()));
+        let om = self.e.op(&format!("memref.alloc() {{alignment = 64 : i64}} : {amt}"));
+        args.push(self.e.op(&format!("memref.cast {om} : {amt} to {um}")));
+        for v in [b, m, n, k].iter().map(|&x| x as i64).chain(ls).chain(rs) {
+            args.push(self.e.scalar_const(&v.to_string(), DType::I64));
+        }
+        self.e.line(&format!("func.call @{sym}({}) : ({um}, {um}, {um}{}) -> ()", args.join(", "), ", i64".repeat(10)));
+        let r = self.e.op(&format!("bufferization.to_tensor {om} restrict writable : {amt} to {at}"));
+        self.cast_tensor(&Val::T(r, acc), d)
+    }
+
+    /// `x` viewed for the GEMM runtime: the (possibly transposed) value, its dim groups, and
+    /// the element stride of each group in its row-major layout (1 for an empty or all-ones
+    /// group). A group merges into one strided dim when, ignoring size-1 dims, each dim's
+    /// stride is the next one's stride times its size.
+    #[allow(clippy::type_complexity)]
+    fn gemm_view(&mut self, x: &Val, groups: [Vec<usize>; 3]) -> Result<((Val, [Vec<usize>; 3]), [i64; 3]), Error> {
+        let a = x.aval().clone();
+        let strides = row_major_strides(&a.shape);
+        let merged = |g: &[usize]| -> Option<i64> {
+            let dims: Vec<usize> = g.iter().copied().filter(|&i| a.shape[i] != 1).collect();
+            let ok = dims.windows(2).all(|w| strides[w[0]] == strides[w[1]] * a.shape[w[1]] as i64);
+            ok.then(|| dims.last().map_or(1, |&i| strides[i]))
+        };
+        if let (Some(s0), Some(s1), Some(s2)) = (merged(&groups[0]), merged(&groups[1]), merged(&groups[2])) {
+            return Ok(((x.clone(), groups), [s0, s1, s2]));
+        }
+        let perm: Vec<usize> = groups.iter().flatten().copied().collect();
+        let shape: Vec<usize> = perm.iter().map(|&p| a.shape[p]).collect();
+        let t = self.transpose(x, &ShapedArray::new(&shape, a.dtype), &perm)?;
+        let (n0, n1) = (groups[0].len(), groups[1].len());
+        let ng = [(0..n0).collect::<Vec<_>>(), (n0..n0 + n1).collect(), (n0 + n1..perm.len()).collect()];
+        let ts = row_major_strides(&shape);
+        let st = |g: &[usize]| g.last().map_or(1, |&i| ts[i]);
+        let s = [st(&ng[0]), st(&ng[1]), st(&ng[2])];
+        Ok(((t, ng), s))
     }
 
     /// `debug_callback`: hands each operand to `jaxrepl_callback_arg_<dtype>(id, index,
@@ -364,6 +436,27 @@ impl Lowerer {
         self.e.line(&format!("func.call @jaxrepl_callback_fire({idc}, {nc}) : (i64, i64) -> ()"));
         Ok(())
     }
+}
+
+/// Products with fewer multiply-adds than this stay in MLIR loops; larger f32/f64 ones go
+/// to the GEMM runtime. Measured with `tests/src/bin/gemm_probe.rs` (see its docs); the
+/// environment variable `JAXREPL_GEMM_MIN_FLOPS`, read once per process, overrides it for
+/// such measurements (0: every float product through the runtime; a huge value: none).
+pub(crate) const GEMM_MIN_FLOPS: usize = 32 * 32 * 32;
+
+/// [`GEMM_MIN_FLOPS`] or its override from `JAXREPL_GEMM_MIN_FLOPS`.
+pub(super) fn gemm_min_flops() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| std::env::var("JAXREPL_GEMM_MIN_FLOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(GEMM_MIN_FLOPS))
+}
+
+/// Row-major element strides of `shape`.
+fn row_major_strides(shape: &[usize]) -> Vec<i64> {
+    let mut s = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1] as i64;
+    }
+    s
 }
 
 /// The init spelling and combining op of a reduction in compute dtype `c`.

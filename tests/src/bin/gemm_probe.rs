@@ -1,0 +1,175 @@
+//! Throughput of `dot_general` under `jit` (steady state, compiled once): f32 matmul
+//! 256/1024/2048, the batch matmuls and the 3-layer MLP (batch 128, width 512) forward and
+//! grad of `/work/shared/bench/jax_bench.py`, and small square matmuls for choosing the
+//! GEMM-runtime threshold. Prints one line per case: GFLOP/s (or ms) min / median.
+//!
+//! Usage: `gemm_probe [raw|big|bmm|mlp|conv|small|ir|mlpir|mlpgrad]...` (default: all but ir; raw calls
+//! matrixmultiply directly, ir prints the optimized module of matmul 256). Run it once as is and once
+//! with `JAXREPL_GEMM_MIN_FLOPS=18446744073709551615` (every product in MLIR loops) or
+//! `=0` (every float product through the GEMM runtime) to compare the two paths;
+//! `MATMUL_NUM_THREADS=1` keeps matrixmultiply on one thread.
+
+use jax::prelude::*;
+use std::time::Instant;
+
+/// CPU seconds (user + system, all threads) this process has used, from /proc/self/stat.
+fn cpu_seconds() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = s.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the ")"; ticks of 1/100 s.
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+}
+
+thread_local! {
+    /// CPU seconds per call of the last `time` run (all threads).
+    static CPU_PER_CALL: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// Seconds per call of `f`: (min, median) over `reps` timings of enough calls for ~`target` s.
+/// Also records the CPU seconds per call (`CPU_PER_CALL`), which on a machine shared with
+/// other jobs shows the kernel's speed per busy core when wall time cannot.
+fn time(reps: usize, target: f64, mut f: impl FnMut()) -> (f64, f64) {
+    f();
+    f();
+    let t = Instant::now();
+    f();
+    let once = t.elapsed().as_secs_f64().max(1e-7);
+    let inner = ((target / reps as f64) / once).ceil().max(1.0) as usize;
+    let c0 = cpu_seconds();
+    let mut v: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..inner {
+                f();
+            }
+            t.elapsed().as_secs_f64() / inner as f64
+        })
+        .collect();
+    CPU_PER_CALL.with(|c| c.set((cpu_seconds() - c0) / (reps * inner) as f64));
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[0], v[v.len() / 2])
+}
+
+fn normal(shape: &[usize], seed: u32, scale: f32) -> Array {
+    let n: usize = shape.iter().product();
+    let mut s = seed as u64 * 2654435761 + 1;
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 3.4 * scale
+        })
+        .collect();
+    Array::from_vec(v, shape).unwrap()
+}
+
+fn gflops(name: &str, flops: f64, (min, med): (f64, f64)) {
+    let cpu = CPU_PER_CALL.with(|c| c.get());
+    println!(
+        "{name:<36} {:>7.1} / {:>7.1} GFLOP/s  ({:.3} / {:.3} ms)  {:>6.1} GFLOP per CPU-s",
+        flops / min / 1e9,
+        flops / med / 1e9,
+        min * 1e3,
+        med * 1e3,
+        flops / cpu / 1e9
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let want = |s: &str| (args.is_empty() && s != "ir" && s != "mlpir" && s != "mlpgrad") || args.iter().any(|a| a == s);
+    let mm = jit(|(a, b): (Array, Array)| a.matmul(&b));
+    if want("ir") {
+        let (a, b) = (normal(&[256, 256], 1, 1.0), normal(&[256, 256], 2, 1.0));
+        println!("{}", mm.lower((&a, &b)).unwrap().compile().unwrap().as_text());
+    }
+    if want("raw") {
+        // matrixmultiply called directly on Vecs: the ceiling for the runtime path.
+        for n in [256, 1024, 2048] {
+            let (a, b) = (vec![0.5f32; n * n], vec![0.25f32; n * n]);
+            let mut c = vec![0f32; n * n];
+            let t = time(5, if n >= 1024 { 1.0 } else { 0.4 }, || unsafe {
+                matrixmultiply::sgemm(n, n, n, 1.0, a.as_ptr(), n as isize, 1, b.as_ptr(), n as isize, 1, 0.0, c.as_mut_ptr(), n as isize, 1)
+            });
+            gflops(&format!("raw matrixmultiply sgemm {n}"), 2.0 * (n * n * n) as f64, t);
+        }
+    }
+    if want("small") {
+        for n in [8, 16, 24, 32, 48, 64, 96, 128] {
+            let (a, b) = (normal(&[n, n], 1, 1.0), normal(&[n, n], 2, 1.0));
+            let t = time(5, 0.2, || {
+                mm.call((&a, &b)).unwrap().block_until_ready().unwrap();
+            });
+            gflops(&format!("matmul f32 {n}"), 2.0 * (n * n * n) as f64, t);
+        }
+    }
+    if want("big") {
+        for n in [256, 512, 1024, 2048] {
+            let (a, b) = (normal(&[n, n], 1, 1.0), normal(&[n, n], 2, 1.0));
+            let t = time(5, if n >= 1024 { 1.0 } else { 0.4 }, || {
+                mm.call((&a, &b)).unwrap().block_until_ready().unwrap();
+            });
+            gflops(&format!("matmul f32 {n}"), 2.0 * (n * n * n) as f64, t);
+        }
+    }
+    if want("bmm") {
+        for (b, n) in [(16, 512), (256, 64)] {
+            let (p, q) = (normal(&[b, n, n], 3, 1.0), normal(&[b, n, n], 4, 1.0));
+            let t = time(5, 0.6, || {
+                mm.call((&p, &q)).unwrap().block_until_ready().unwrap();
+            });
+            gflops(&format!("batch matmul f32 [{b},{n},{n}]"), 2.0 * (b * n * n * n) as f64, t);
+        }
+    }
+    if want("conv") {
+        // NHWC [8, 32, 32, 64] * HWIO [3, 3, 64, 64], stride 1, SAME padding.
+        let (x, w) = (normal(&[8, 32, 32, 64], 5, 1.0), normal(&[3, 3, 64, 64], 6, 0.1));
+        let dn = jax::ir::ConvDims { lhs_spec: vec![0, 3, 1, 2], rhs_spec: vec![3, 2, 0, 1], out_spec: vec![0, 3, 1, 2] };
+        let f = jit(move |(x, w): (Array, Array)| lax::conv_general_dilated(&x, &w, &[1, 1], &[(1, 1), (1, 1)], None, None, Some(dn.clone()), 1).unwrap());
+        let t = time(5, 1.0, || {
+            f.call((&x, &w)).unwrap().block_until_ready().unwrap();
+        });
+        gflops("conv NHWC 8x32x32x64, 3x3x64x64", 2.0 * 8.0 * 1024.0 * 64.0 * 64.0 * 9.0, t);
+    }
+    if want("mlp") || want("mlpir") || want("mlpgrad") {
+        let params: Vec<(Array, Array)> =
+            (0..3).map(|i| (normal(&[512, 512], 10 + i, 1.0 / (512f32).sqrt()), jnp::zeros(&[512], DType::F32))).collect();
+        let x = normal(&[128, 512], 20, 1.0);
+        let y = normal(&[128, 512], 21, 1.0);
+        fn fwd(p: &[(Array, Array)], x: &Array) -> Array {
+            let mut h = x.clone();
+            for (i, (w, b)) in p.iter().enumerate() {
+                h = h.matmul(w) + b;
+                if i + 1 < p.len() {
+                    h = nn::relu(&h).unwrap();
+                }
+            }
+            h
+        }
+        let f = jit(|(p, x): (Vec<(Array, Array)>, Array)| fwd(&p, &x));
+        let g = jit(grad(|(p, x, y): (Vec<(Array, Array)>, Array, Array)| {
+            let d = fwd(&p, &x) - y;
+            (&d * &d).mean()
+        }));
+        if want("mlpir") {
+            println!("{}", g.lower((&params, &x, &y)).unwrap().as_text());
+            return;
+        }
+        let flops = 3.0 * 2.0 * 128.0 * 512.0 * 512.0;
+        if !want("mlpgrad") {
+            let t = time(7, 0.5, || {
+                f.call((&params, &x)).unwrap().block_until_ready().unwrap();
+            });
+            gflops("MLP fwd (3x512, batch 128)", flops, t);
+        }
+        let t = time(7, 0.5, || {
+            for (w, b) in g.call((&params, &x, &y)).unwrap().0 {
+                w.block_until_ready().unwrap();
+                b.block_until_ready().unwrap();
+            }
+        });
+        // grad: forward plus two products per layer (the first layer's dx is not needed,
+        // but JAX's count is the same 3x forward rule of thumb).
+        gflops("MLP grad (3x512, batch 128)", 3.0 * flops, t);
+    }
+}
