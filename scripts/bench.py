@@ -364,17 +364,62 @@ def _expect(fd, buf, pattern, deadline):
             buf[0] += data
 
 
+def descendants(pid):
+    """The process ids below `pid` (from /proc), deepest last."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def kill_tree(pid):
+    """Ends a session we started and everything it started (evaluation process, builds)."""
+    for p in [pid] + descendants(pid):
+        try:
+            os.kill(p, 9)
+        except OSError:
+            pass
+
+
 def run_session(binary, reps, timeout):
     """jaxrepl start to its first prompt (reps sessions); in the first session, the first
     engine cell typed at the first prompt (it waits for the session's evaluation process and
-    engine prelude: what a user sees), then a trivial cell 5 times; or (None, reason). ms."""
+    engine prelude: what a user sees), then a trivial cell 5 times; or (None, reason). ms.
+    The sessions use a build-slot directory of their own (.cache/bench/jaxrepl), warmed first
+    with `jaxrepl --warm` (untimed; the first time it builds the engine, minutes), so that
+    the user's slots are never touched and the engine cell measures a warm slot."""
     start, trivial, engine = [], [], []
     notes = {}
+    env = dict(os.environ, NO_COLOR="1", JAXREPL_CACHE_DIR=os.path.join(CACHE, "jaxrepl"))
+    warm_ok = True
+    print("[bench] warming the session's build slot (jaxrepl --warm; minutes the first time) ...",
+          file=sys.stderr, flush=True)
+    w = subprocess.Popen([binary, "--warm"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = w.communicate(timeout=timeout)
+        if w.returncode != 0:
+            warm_ok = False
+            notes["first_engine_cell"] = "jaxrepl --warm failed: %s" % err.decode(errors="replace")[-300:]
+    except subprocess.TimeoutExpired:
+        kill_tree(w.pid)
+        w.wait()
+        warm_ok = False
+        notes["first_engine_cell"] = "jaxrepl --warm did not finish within %d s (building the engine)" % timeout
     for r in range(reps):
         pid, fd = pty.fork()
         if pid == 0:
-            os.environ["NO_COLOR"] = "1"
-            os.execv(binary, [binary])
+            os.execve(binary, [binary], env)
         t0 = time.perf_counter()
         buf = [b""]
         try:
@@ -382,13 +427,12 @@ def run_session(binary, reps, timeout):
             if t is None:
                 return None, "no first prompt within 120 s: %r" % buf[0][-300:]
             start.append(t - t0)
-            if r == 0:
+            if r == 0 and warm_ok:
                 t1 = time.perf_counter()
                 os.write(fd, b"jnp::arange(8.0)\r")
                 t = _expect(fd, buf, b"In [2]: ", t1 + timeout)
                 if t is None:
-                    notes["first_engine_cell"] = ("no prompt within %d s (the session's build slot was cold "
-                                                  "and built the engine; `make test-warm` warms it)" % timeout)
+                    notes["first_engine_cell"] = "no prompt within %d s" % timeout
                     continue
                 engine.append(t - t1)
                 for n in range(2, 7):
@@ -399,13 +443,7 @@ def run_session(binary, reps, timeout):
                         break
                     trivial.append(t - t1)
         finally:
-            # The session's evaluation process (and a build it started) share its process group.
-            for sig in (15, 9):
-                try:
-                    os.killpg(pid, sig)
-                except OSError:
-                    pass
-                time.sleep(0.3)
+            kill_tree(pid)
             os.waitpid(pid, 0)
             os.close(fd)
 
@@ -417,6 +455,8 @@ def run_session(binary, reps, timeout):
         out["trivial_cell"] = m("trivial cell 1 + 1 in a warm session (after the engine cell)", trivial)
     if engine:
         out["first_engine_cell"] = m("first engine cell jnp::arange(8.0) in a new session", engine)
+    for k, v in notes.items():
+        print("[bench] session: %s: %s" % (k, v), file=sys.stderr)
     return {"parts": {"session": {"metrics": out, "notes": notes}}, "binary": binary}, None
 
 
@@ -491,10 +531,9 @@ def build_rows(ours, jax, extra, session):
                     met = "yes" if good else "no"
                 else:
                     met = "-"
-        if om is None and src is not None:
-            why = note_of(src, *okey)
-            if why:
-                notes.append("%s: not measured -- %s" % (label.strip(), why))
+        why = note_of(src, *okey) if src is not None else None
+        if why:
+            notes.append("%s: %s%s" % (label.strip(), "not measured -- " if om is None else "", why))
         out.append(["%s (%s)" % (label, unit) if unit else label, fmt(o), fmt(j),
                     "%.2f" % ratio if ratio is not None else "-", "; ".join(lim), tgt, met])
     return out, notes
@@ -565,8 +604,10 @@ def main():
     ap.add_argument("--jax-json", help="read JAX's figures from this file (jax_bench.py output)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions on both sides")
     ap.add_argument("--no-session", action="store_true", help="skip the jaxrepl session figures")
-    ap.add_argument("--session-timeout", type=int, default=600,
-                    help="seconds the first engine cell of a new session may take (default 600)")
+    ap.add_argument("--session-timeout", type=int, default=900,
+                    help="seconds allowed to jaxrepl --warm and to the first engine cell (default 900)")
+    ap.add_argument("--write-doc", action="store_true",
+                    help="write docs/performance.md also from saved outputs (re-rendering a full run)")
     ap.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds allowed to each side")
     a = ap.parse_args()
@@ -618,7 +659,7 @@ def main():
     for p in problems:
         print("NOT MEASURED -- " + p)
 
-    full = not (a.quick or a.skip_jax or a.jax_json or a.ours_json)
+    full = not (a.quick or a.skip_jax or a.jax_json or a.ours_json) or a.write_doc
     if full and not a.no_doc and ours is not None and jax is not None:
         L = ["# Performance: jaxrepl beside JAX 0.10 on this machine", "",
              "Generated by `make bench` (`scripts/bench.py`) on every full run; do not edit by hand.",
