@@ -396,13 +396,23 @@ def run_session(binary, reps, timeout):
     """jaxrepl start to its first prompt (reps sessions); in the first session, the first
     engine cell typed at the first prompt (it waits for the session's evaluation process and
     engine prelude: what a user sees), then a trivial cell 5 times; or (None, reason). ms.
-    The sessions use a build-slot directory of their own (.cache/bench/jaxrepl), warmed first
+    The sessions use a build-slot directory of their own ($JAXREPL_BENCH_CACHE_DIR, default
+    ~/.cache/jaxrepl-bench), warmed first
     with `jaxrepl --warm` (untimed; the first time it builds the engine, minutes), so that
     the user's slots are never touched and the engine cell measures a warm slot."""
     start, trivial, engine = [], [], []
     notes = {}
-    env = dict(os.environ, NO_COLOR="1", JAXREPL_CACHE_DIR=os.path.join(CACHE, "jaxrepl"))
+    # Outside the clone: a slot inside the workspace directory would be taken for a member.
+    cache = os.environ.get("JAXREPL_BENCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxrepl-bench")
+    env = dict(os.environ, NO_COLOR="1", JAXREPL_CACHE_DIR=cache)
     warm_ok = True
+    # A new slot has no Cargo.lock and would resolve the engine's dependencies online: seed
+    # it with the workspace's lock (the same versions; works offline from the local registry).
+    slot = os.path.join(env["JAXREPL_CACHE_DIR"], "evcxr", "slot-0")
+    if not os.path.exists(os.path.join(slot, "Cargo.lock")) and os.path.isfile(os.path.join(ROOT, "Cargo.lock")):
+        os.makedirs(slot, exist_ok=True)
+        with open(os.path.join(ROOT, "Cargo.lock")) as src, open(os.path.join(slot, "Cargo.lock"), "w") as dst:
+            dst.write(src.read())
     print("[bench] warming the session's build slot (jaxrepl --warm; minutes the first time) ...",
           file=sys.stderr, flush=True)
     w = subprocess.Popen([binary, "--warm"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -488,9 +498,9 @@ def fmt(v):
         return "%.0f" % v
     if a >= 10:
         return "%.1f" % v
-    if a >= 0.01 or a == 0:
+    if a >= 1 or a == 0:
         return "%.2f" % v
-    return "%.2g" % v
+    return "%.3g" % v
 
 
 def note_of(doc, part, key):
