@@ -680,7 +680,7 @@ def main():
              "at their best repetition). `target` is issue 4's. The machine is shared with other work:",
              "see the load average.", "", "## Machine", ""] + mach + ["", "## Figures", "", md_table(rows)]
         if notes or problems:
-            L += ["", "## Not measured", ""] + ["- " + n for n in notes] + ["- " + p for p in problems]
+            L += ["", "## Notes and figures not measured", ""] + ["- " + n for n in notes] + ["- " + p for p in problems]
         with open(DOC, "w") as f:
             f.write("\n".join(L) + "\n")
         print("[bench] wrote %s" % DOC, file=sys.stderr)
