@@ -25,7 +25,7 @@ use crate::ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Primitive, Scalar, ShapedArray, V
 use crate::lax;
 use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree, StaticValue, TreeDef};
 use crate::trace::{bind, Array, Operand};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::panic::Location;
 
@@ -110,12 +110,15 @@ fn zeros(aval: &ShapedArray) -> Result<Array> {
     )
 }
 
+/// What [`linearize`] returns: `f`'s outputs and the linear function.
+pub type LinearizeResult<A, Out> = Result<(Out, Linearized<A, Out>)>;
+
 /// `jax.linearize(f, primals)`: `f(primals)` and the linear function `t ↦ jvp(f,
 /// primals, t).1`. `f` is traced once and its primal equations are evaluated once,
 /// here; see [`Linearized`] and the module docs for the partial evaluation.
 /// Errors: tracing errors, missing jvp rules, spec (non-array) leaves.
 #[track_caller]
-pub fn linearize<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O, primals: &A) -> Result<(O::Out, Linearized<A, O::Out>)> {
+pub fn linearize<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O, primals: &A) -> LinearizeResult<A, O::Out> {
     let loc = Location::caller();
     let mut pf = Flat::default();
     primals.flatten(&mut pf);
@@ -215,13 +218,14 @@ pub fn linearize<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O, primals: &A) -> 
     let mut defined: HashSet<u32> = j.invars[n..].iter().map(|v| v.id).collect();
     let mut constvars: Vec<Var> = Vec::new();
     let mut consts: Vec<Array> = Vec::new();
-    let mut seen: HashMap<u32, ()> = HashMap::new();
+    let mut seen: HashSet<u32> = HashSet::new();
     let mut need = |a: &Atom, defined: &HashSet<u32>, constvars: &mut Vec<Var>, consts: &mut Vec<Array>| -> Result<()> {
-        if let Atom::Var(v) = a {
-            if !defined.contains(&v.id) && seen.insert(v.id, ()).is_none() {
-                consts.push(known.get(v)?);
-                constvars.push(v.clone());
-            }
+        if let Atom::Var(v) = a
+            && !defined.contains(&v.id)
+            && seen.insert(v.id)
+        {
+            consts.push(known.get(v)?);
+            constvars.push(v.clone());
         }
         Ok(())
     };
