@@ -13,6 +13,8 @@ pub mod ad;
 pub mod ad_rules;
 pub mod ad_rules_ops;
 pub mod interp;
+pub mod linearize;
+pub use linearize::{linearize, Linearized};
 
 pub use custom::{checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp};
 pub use ad::{grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp};
