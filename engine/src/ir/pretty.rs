@@ -249,7 +249,7 @@ impl Printer {
             j.invars.iter().map(|v| format!("{}:{}", self.namer.bind_always(v), v.aval.short())).collect();
         let head = format!(
             "{{ lambda {}; {}. let",
-            if consts.is_empty() { String::new() } else { consts.join(" ") + " " },
+            consts.join(" "),
             ins.join(" ")
         );
         let mut body = Vec::new();
