@@ -91,6 +91,11 @@ pub struct Executable {
     const_args: Vec<Arc<Buffer>>,
     /// Per user argument: the output the entry writes into that argument's buffer.
     aliases: Vec<Option<usize>>,
+    /// Per output: the user argument aliasing it (the inverse of `aliases`).
+    out_from_arg: Vec<Option<usize>>,
+    /// Per user argument: whether the module donates it to an output
+    /// (`tf.aliasing_output`), even if compiled without the alias.
+    donated: Vec<bool>,
     optimized_ir: String,
     /// The LLVM-dialect module, for `llvm_ir()`; created in and destroyed under the
     /// process context's lock.
@@ -187,6 +192,24 @@ fn with_entry(m: &LoweredModule, aliases: &[Option<usize>]) -> Result<String, Er
 /// MLIR's diagnostics), the engine cannot be created, or the entry cannot be found.
 pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executable, Error> {
     let aliases = parse_aliases(module);
+    let r = match compile_with(module, opts, aliases.clone()) {
+        // Bufferization refuses to compute an aliased output in its argument's buffer
+        // when that would overwrite values still needed (two donated arguments whose
+        // outputs read each other, say): donation is a hint, so compile without aliasing
+        // (outputs get fresh buffers).
+        // (Any failure is retried: an unrelated error recurs and is returned.)
+        Err(_) if aliases.iter().any(Option::is_some) => {
+            compile_with(module, opts, vec![None; aliases.len()])
+        }
+        r => r,
+    };
+    r.map(|mut e| {
+        e.donated = aliases.iter().map(Option::is_some).collect();
+        e
+    })
+}
+
+fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>) -> Result<Executable, Error> {
     let src = with_entry(module, &aliases)?;
     let guard = context();
     let ctx = &guard.ctx;
@@ -233,6 +256,8 @@ pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executab
         in_avals: module.in_avals.clone(),
         out_avals: module.out_avals.clone(),
         const_args: module.const_args.clone(),
+        out_from_arg: (0..module.out_avals.len()).map(|k| aliases.iter().position(|a| *a == Some(k))).collect(),
+        donated: aliases.iter().map(Option::is_some).collect(),
         aliases,
         optimized_ir,
         llvm_module,
@@ -291,9 +316,17 @@ impl Executable {
     }
 
     /// Per user argument: the output that the compiled entry writes into the argument's
-    /// own buffer (the module was lowered with that argument donated).
+    /// own buffer (the module was lowered with that argument donated, and bufferization
+    /// found an order that computes the output in place).
     pub fn aliases(&self) -> &[Option<usize>] {
         &self.aliases
+    }
+
+    /// Per user argument: whether the lowered module donates it to an output
+    /// (`tf.aliasing_output`); a call deletes such arguments, whether or not the output
+    /// could be computed in place (`aliases`).
+    pub fn donated_args(&self) -> &[bool] {
+        &self.donated
     }
 
     /// As `execute`, with arguments that may be given up: a `ArgBuf::Donated` buffer of an
@@ -313,23 +346,22 @@ impl Executable {
             let refs: SmallVec<[&Buffer; 8]> = args.iter().map(ArgBuf::get).collect();
             self.check_args(&refs)?;
         }
-        let mut outs: SmallVec<[Option<Buffer>; 4]> = self.out_avals.iter().map(|_| None).collect();
         // Aliased outputs live in their argument's buffer: the donated buffer itself, or a
         // private copy of a borrowed argument.
-        for (i, a) in self.aliases.iter().enumerate() {
-            if let Some(k) = *a {
-                outs[k] = Some(match std::mem::replace(&mut args[i], ArgBuf::Taken) {
+        let mut outs: SmallVec<[Buffer; 4]> = SmallVec::with_capacity(self.out_avals.len());
+        for (k, a) in self.out_avals.iter().enumerate() {
+            outs.push(match self.out_from_arg[k] {
+                None => Buffer::for_output(a),
+                Some(i) => match std::mem::replace(&mut args[i], ArgBuf::Taken) {
                     ArgBuf::Donated(b) => b,
                     other => {
-                        let mut c = Buffer::for_output(&self.out_avals[k]);
+                        let mut c = Buffer::for_output(a);
                         c.bytes_mut().copy_from_slice(other.get().bytes());
                         c
                     }
-                });
-            }
+                },
+            });
         }
-        let outs: SmallVec<[Buffer; 4]> =
-            outs.into_iter().zip(&self.out_avals).map(|(d, a)| d.unwrap_or_else(|| Buffer::for_output(a))).collect();
         let mut words: SmallVec<[i64; 96]> = SmallVec::new();
         let mut starts: SmallVec<[usize; 16]> = SmallVec::new();
         for b in self.const_args.iter().map(|b| b.as_ref()) {
@@ -346,7 +378,7 @@ impl Executable {
             }
         }
         for (k, b) in outs.iter().enumerate() {
-            if !self.aliases.contains(&Some(k)) {
+            if self.out_from_arg[k].is_none() {
                 starts.push(words.len());
                 push_descriptor(&mut words, b);
             }

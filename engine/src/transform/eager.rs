@@ -43,7 +43,7 @@ impl<H: Hasher> std::fmt::Write for HashWriter<'_, H> {
 }
 
 fn key(prim: &Primitive, in_avals: &[&ShapedArray]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = super::jit::FxHasher::default();
     let _ = write!(HashWriter(&mut h), "{prim:?}");
     for a in in_avals {
         a.hash(&mut h);

@@ -78,7 +78,7 @@ fn leaf_aval(l: &ArgLeaf) -> &ShapedArray {
 /// A small multiplicative hasher (rustc's FxHash) for the per-call cache key: the key is
 /// a few words, where SipHash's setup dominates.
 #[derive(Default)]
-struct FxHasher(u64);
+pub(crate) struct FxHasher(u64);
 
 impl std::hash::Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -723,17 +723,17 @@ pub(crate) fn run_sync<'a>(
             None => return Ok(None),
         }
     }
-    let aliases = exe.aliases();
+    let donated = exe.donated_args();
     let mut owned: SmallVec<[Option<Buffer>; 8]> = SmallVec::new();
-    if aliases.iter().any(Option::is_some) {
+    if donated.iter().any(|d| *d) {
         owned.resize_with(bufs.len(), || None);
         for (i, d) in inputs.enumerate() {
-            if aliases.get(i).copied().flatten().is_some() {
+            if donated.get(i) == Some(&true) {
                 d.delete();
             }
         }
         for i in 0..bufs.len() {
-            if aliases.get(i).copied().flatten().is_some() {
+            if donated.get(i) == Some(&true) {
                 // Every reference but ours went with the deleted array, unless the buffer
                 // is shared (passed twice, a jaxpr constant): then it is only read.
                 match Arc::try_unwrap(bufs[i].take().expect("present")) {
@@ -759,8 +759,8 @@ pub(crate) fn run_sync<'a>(
     ))
 }
 
-/// `run` with donation: each donated input that aliases an output (`Executable::aliases`)
-/// is taken now (waiting for it if pending) and marked deleted, and its buffer becomes that
+/// `run` with donation: each donated input that aliases an output
+/// (`Executable::donated_args`) is taken now (waiting for it if pending) and marked deleted, and its buffer becomes that
 /// output, computed in place (`Executable::execute_args`). A donated buffer still shared
 /// elsewhere (a jaxpr constant, say) is only read (the output gets a copy), but the
 /// argument is deleted all the same. With `sync` and every input ready, runs on the
@@ -778,13 +778,13 @@ pub(crate) fn run_donating(
             return Ok(outs);
         }
     }
-    let aliases = exe.aliases().to_vec();
-    if aliases.iter().all(Option::is_none) {
+    let aliases: Vec<bool> = exe.donated_args().to_vec();
+    if !aliases.iter().any(|d| *d) {
         return run(exe, jaxpr, inputs);
     }
     let mut taken: Vec<Option<Arc<Buffer>>> = vec![None; inputs.len()];
     for (i, k) in aliases.iter().enumerate() {
-        if k.is_some() && taken[i].is_none() {
+        if *k && taken[i].is_none() {
             let b = inputs[i].wait()?;
             for (j, d) in inputs.iter().enumerate() {
                 if Arc::ptr_eq(d, &inputs[i]) {
@@ -794,7 +794,7 @@ pub(crate) fn run_donating(
         }
     }
     for (i, k) in aliases.iter().enumerate() {
-        if k.is_some() {
+        if *k {
             inputs[i].delete();
         }
     }
@@ -810,7 +810,7 @@ pub(crate) fn run_donating(
         }
         let mut owned: Vec<Option<Buffer>> = (0..bufs.len()).map(|_| None).collect();
         for i in 0..bufs.len() {
-            if aliases[i].is_some() {
+            if aliases[i] {
                 match Arc::try_unwrap(bufs[i].take().expect("present")) {
                     Ok(own) => owned[i] = Some(own),
                     Err(shared) => bufs[i] = Some(shared),
