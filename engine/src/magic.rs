@@ -30,9 +30,16 @@ pub(crate) fn note_call(name: &str, entry: &Arc<CacheEntry>) {
 
 fn last_call<T>(f: impl FnOnce() -> T) -> Result<(String, Arc<CacheEntry>)> {
     LAST_CALL.with(|c| *c.borrow_mut() = None);
+    struct Capture;
+    impl Drop for Capture {
+        fn drop(&mut self) {
+            CAPTURING.with(|c| c.set(c.get() - 1));
+        }
+    }
     CAPTURING.with(|c| c.set(c.get() + 1));
+    let guard = Capture; // also ends the capture if `f` panics
     let _ = f();
-    CAPTURING.with(|c| c.set(c.get() - 1));
+    drop(guard);
     LAST_CALL.with(|c| c.borrow_mut().take()).ok_or_else(|| {
         Error::value_error(
             "the expression made no jitted call; magics inspect a call such as `f.call(&x)` where `f = jit(...)`",

@@ -4,6 +4,11 @@
 //! is the argument signature: pytree structure, leaf avals (shape, dtype, weak type) and
 //! static values. Misses are explained when `jax_explain_cache_misses` is on, and every
 //! call that missed a cache layer is recorded for `%explain`.
+//!
+//! The hit path allocates nothing for the lookup: the signature is hashed in place
+//! (`signature_hash`, FxHash) and compared with the cached ones field by field
+//! (`Signature::matches`); source locations, explain records and magic bookkeeping are
+//! only built on a miss or while a magic listens.
 
 use super::explain::{self, Event};
 use super::pipeline::{self, CompiledArtifacts, StageOptions};
@@ -290,7 +295,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     }
 
     /// Calls the function: trace on a new signature, compile on a new lowered module,
-    /// then dispatch asynchronously (results are futures; reading them waits).
+    /// then run: on this thread when every input is ready and the computation has no
+    /// effects and no `while`/`scan` (`sync_ok`; results are ready arrays), else
+    /// dispatched to the device worker (results are futures; reading them waits).
     /// Errors: tracing errors with the user's line, compile errors, `KeyboardInterrupt`.
     #[track_caller]
     pub fn call(&self, args: impl Args<A>) -> Result<R> {
