@@ -21,6 +21,23 @@ fn median_us(reps: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     v[reps / 2]
 }
 
+/// CPU time of this thread in ns (/proc/thread-self/schedstat), load-independent.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Median wall time per call (µs) and CPU time per call of this thread (µs).
+fn both_us(reps: usize, iters: usize, mut f: impl FnMut()) -> String {
+    let c0 = thread_cpu_ns();
+    let wall = median_us(reps, iters, &mut f);
+    let total_calls = (reps * iters + iters.min(1000)) as f64;
+    let cpu = (thread_cpu_ns() - c0) as f64 / 1e3 / total_calls;
+    format!("{wall:.3} cpu_us {cpu:.3}")
+}
+
 fn minflt() -> u64 {
     let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let rest = s.rsplit(')').next().unwrap_or("");
@@ -30,15 +47,15 @@ fn minflt() -> u64 {
 fn main() {
     let x = jnp::arange(8.0);
     let f = jit(|x: Array| x + 1.0);
-    println!("jit_1arg_f32_8_us {:.3}", median_us(7, 20000, || {
+    println!("jit_1arg_f32_8_us {}", both_us(7, 20000, || {
         f.call(&x).unwrap().block_until_ready().unwrap();
     }));
     let g = jit(|(a, b, c): (Array, Array, Array)| a * b + c);
     let (y, z) = (jnp::arange(8.0), jnp::arange(8.0));
-    println!("jit_3arg_f32_8_us {:.3}", median_us(7, 20000, || {
+    println!("jit_3arg_f32_8_us {}", both_us(7, 20000, || {
         g.call((&x, &y, &z)).unwrap().block_until_ready().unwrap();
     }));
-    println!("eager_sin_f32_8_us {:.3}", median_us(7, 20000, || {
+    println!("eager_sin_f32_8_us {}", both_us(7, 20000, || {
         x.sin().block_until_ready().unwrap();
     }));
 
