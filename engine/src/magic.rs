@@ -16,16 +16,30 @@ use std::time::{Duration, Instant};
 
 thread_local! {
     static LAST_CALL: RefCell<Option<(String, Arc<CacheEntry>)>> = const { RefCell::new(None) };
+    /// Depth of magics waiting for a call (`last_call`): calls are only recorded then.
+    static CAPTURING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Records the last jitted call's trace entry (used by `%jaxpr`, `%lower`, ...).
 pub(crate) fn note_call(name: &str, entry: &Arc<CacheEntry>) {
+    if CAPTURING.with(|c| c.get()) == 0 {
+        return;
+    }
     LAST_CALL.with(|c| *c.borrow_mut() = Some((name.to_string(), entry.clone())));
 }
 
 fn last_call<T>(f: impl FnOnce() -> T) -> Result<(String, Arc<CacheEntry>)> {
     LAST_CALL.with(|c| *c.borrow_mut() = None);
+    struct Capture;
+    impl Drop for Capture {
+        fn drop(&mut self) {
+            CAPTURING.with(|c| c.set(c.get() - 1));
+        }
+    }
+    CAPTURING.with(|c| c.set(c.get() + 1));
+    let guard = Capture; // also ends the capture if `f` panics
     let _ = f();
+    drop(guard);
     LAST_CALL.with(|c| c.borrow_mut().take()).ok_or_else(|| {
         Error::value_error(
             "the expression made no jitted call; magics inspect a call such as `f.call(&x)` where `f = jit(...)`",

@@ -9,9 +9,15 @@
 //! `_mlir_ciface_jaxrepl_entry` is looked up once; `execute` passes it pointers to
 //! ranked memref descriptors built as i64 words.
 //!
+//! Donated arguments that alias an output (`tf.aliasing_output`) are written in place:
+//! the entry has no `%out` parameter for that output and computes it in the argument's
+//! memref (see `with_entry`).
+//!
 //! Invariants: an `Executable` only exists with a live engine and a non-null entry; every
 //! execution checks argument count, shapes and dtypes first (compiled code trusts them);
-//! outputs are fresh buffers, inputs are never written.
+//! outputs are fresh (pooled, unzeroed: compiled code writes every byte) or given
+//! buffers; inputs are never written, except a donated buffer handed over as its aliased
+//! output's destination.
 
 mod analysis;
 mod gemm;
@@ -33,6 +39,7 @@ use crate::lower::{memref_of, LoweredModule};
 use crate::runtime::Buffer;
 use context::{context, run_pipeline, translate_to_llvm_ir, Diagnostics, Engine};
 use melior::ir::Module;
+use smallvec::SmallVec;
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Instant;
@@ -82,6 +89,13 @@ pub struct Executable {
     in_avals: Vec<ShapedArray>,
     out_avals: Vec<ShapedArray>,
     const_args: Vec<Arc<Buffer>>,
+    /// Per user argument: the output the entry writes into that argument's buffer.
+    aliases: Vec<Option<usize>>,
+    /// Per output: the user argument aliasing it (the inverse of `aliases`).
+    out_from_arg: Vec<Option<usize>>,
+    /// Per user argument: whether the module donates it to an output
+    /// (`tf.aliasing_output`), even if compiled without the alias.
+    donated: Vec<bool>,
     optimized_ir: String,
     /// The LLVM-dialect module, for `llvm_ir()`; created in and destroyed under the
     /// process context's lock.
@@ -97,20 +111,53 @@ pub struct Executable {
 unsafe impl Send for Executable {}
 unsafe impl Sync for Executable {}
 
+/// Per user argument of `m`: the output whose buffer it donates to, read from the
+/// `{tf.aliasing_output = k : i32}` attributes of `@main`'s parameters.
+fn parse_aliases(m: &LoweredModule) -> Vec<Option<usize>> {
+    let header = m.text.lines().find(|l| l.contains("func.func public @main(")).unwrap_or("");
+    (0..m.in_avals.len())
+        .map(|i| {
+            let key = format!("%arg{i}: {} {{tf.aliasing_output = ", m.in_avals[i].mlir_tensor());
+            let at = header.find(&key)? + key.len();
+            let k: usize = header[at..].split(' ').next()?.parse().ok()?;
+            (k < m.out_avals.len()).then_some(k)
+        })
+        .collect()
+}
+
 /// Wraps `@main` in the destination-passing entry and makes `@main` private.
-fn with_entry(m: &LoweredModule) -> Result<String, Error> {
+///
+/// An output `k` that a donated argument aliases (`aliases`) has no `%out` parameter: it
+/// is written into that argument's memref. The argument is read through
+/// `to_tensor .. restrict writable`, the result is materialized in that tensor
+/// (`materialize_in_destination %r in %t`), and the resulting buffer is copied into the
+/// argument's memref. One-shot bufferization decides on tensor semantics whether the
+/// result can be computed in the argument's buffer (elementwise code can: each element is
+/// read before it is written); when it can, the final copy is a self-copy that
+/// canonicalization removes, and when it cannot (the argument is still read after the
+/// result is produced), the result goes to a temporary and is copied in at the end.
+fn with_entry(m: &LoweredModule, aliases: &[Option<usize>]) -> Result<String, Error> {
     let text = m.text.trim_end();
     let body_end = text.rfind('}').ok_or_else(|| Error::compile("module text has no closing brace"))?;
     if !text.contains("func.func public @main(") {
         return Err(Error::compile("module has no `func.func public @main`"));
     }
+    let nc = m.const_args.len();
     let ins: Vec<String> = m.const_args.iter().map(|b| b.aval().mlir_tensor()).chain(m.in_avals.iter().map(|a| a.mlir_tensor())).collect();
     let outs: Vec<String> = m.out_avals.iter().map(|a| a.mlir_tensor()).collect();
+    // Output k -> the entry parameter index of the argument it is written into.
+    let mut out_into: Vec<Option<usize>> = vec![None; outs.len()];
+    for (i, a) in aliases.iter().enumerate() {
+        if let Some(k) = *a {
+            out_into[k] = Some(nc + i);
+        }
+    }
     let mut params: Vec<String> = ins.iter().enumerate().map(|(i, t)| format!("%in{i}: {}", memref_of(t))).collect();
-    params.extend(outs.iter().enumerate().map(|(i, t)| format!("%out{i}: {}", memref_of(t))));
+    params.extend(outs.iter().enumerate().filter(|(k, _)| out_into[*k].is_none()).map(|(i, t)| format!("%out{i}: {}", memref_of(t))));
     let mut s = format!("  func.func @{ENTRY}({}) attributes {{llvm.emit_c_interface}} {{\n", params.join(", "));
     for (i, t) in ins.iter().enumerate() {
-        s.push_str(&format!("    %t{i} = bufferization.to_tensor %in{i} restrict : {} to {t}\n", memref_of(t)));
+        let writable = if out_into.contains(&Some(i)) { " writable" } else { "" };
+        s.push_str(&format!("    %t{i} = bufferization.to_tensor %in{i} restrict{writable} : {} to {t}\n", memref_of(t)));
     }
     let args: Vec<String> = (0..ins.len()).map(|i| format!("%t{i}")).collect();
     let call = format!("func.call @main({}) : ({}) -> ({})", args.join(", "), ins.join(", "), outs.join(", "));
@@ -119,10 +166,18 @@ fn with_entry(m: &LoweredModule) -> Result<String, Error> {
         n => s.push_str(&format!("    %r:{n} = {call}\n")),
     }
     for (i, t) in outs.iter().enumerate() {
-        s.push_str(&format!(
-            "    bufferization.materialize_in_destination %r#{i} in restrict writable %out{i} : ({t}, {}) -> ()\n",
-            memref_of(t)
-        ));
+        match out_into[i] {
+            None => s.push_str(&format!(
+                "    bufferization.materialize_in_destination %r#{i} in restrict writable %out{i} : ({t}, {}) -> ()\n",
+                memref_of(t)
+            )),
+            Some(p) => {
+                let mt = memref_of(t);
+                s.push_str(&format!("    %w{i} = bufferization.materialize_in_destination %r#{i} in %t{p} : ({t}, {t}) -> {t}\n"));
+                s.push_str(&format!("    %wm{i} = bufferization.to_buffer %w{i} : {t} to {mt}\n"));
+                s.push_str(&format!("    memref.copy %wm{i}, %in{p} : {mt} to {mt}\n"));
+            }
+        }
     }
     s.push_str("    return\n  }\n");
     let head = text[..body_end].replacen("func.func public @main(", "func.func private @main(", 1);
@@ -136,7 +191,26 @@ fn with_entry(m: &LoweredModule) -> Result<String, Error> {
 /// Errors (`ErrorKind::Compile`): the text does not parse, a pass fails (message carries
 /// MLIR's diagnostics), the engine cannot be created, or the entry cannot be found.
 pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executable, Error> {
-    let src = with_entry(module)?;
+    let aliases = parse_aliases(module);
+    let r = match compile_with(module, opts, aliases.clone()) {
+        // Bufferization refuses to compute an aliased output in its argument's buffer
+        // when that would overwrite values still needed (two donated arguments whose
+        // outputs read each other, say): donation is a hint, so compile without aliasing
+        // (outputs get fresh buffers).
+        // (Any failure is retried: an unrelated error recurs and is returned.)
+        Err(_) if aliases.iter().any(Option::is_some) => {
+            compile_with(module, opts, vec![None; aliases.len()])
+        }
+        r => r,
+    };
+    r.map(|mut e| {
+        e.donated = aliases.iter().map(Option::is_some).collect();
+        e
+    })
+}
+
+fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>) -> Result<Executable, Error> {
+    let src = with_entry(module, &aliases)?;
     let guard = context();
     let ctx = &guard.ctx;
     let diags = Diagnostics::capture(ctx);
@@ -182,27 +256,50 @@ pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executab
         in_avals: module.in_avals.clone(),
         out_avals: module.out_avals.clone(),
         const_args: module.const_args.clone(),
+        out_from_arg: (0..module.out_avals.len()).map(|k| aliases.iter().position(|a| *a == Some(k))).collect(),
+        donated: aliases.iter().map(Option::is_some).collect(),
+        aliases,
         optimized_ir,
         llvm_module,
         times: t,
     })
 }
 
-/// The ranked memref descriptor of a dense row-major buffer, as words:
+/// An argument of `Executable::execute_args`.
+pub enum ArgBuf<'a> {
+    /// Read only.
+    Borrowed(&'a Buffer),
+    /// Given up by the caller: reused as the output the argument aliases, if any.
+    Donated(Buffer),
+    /// Placeholder left after a donated buffer was moved to its output (internal).
+    #[doc(hidden)]
+    Taken,
+}
+
+impl ArgBuf<'_> {
+    fn get(&self) -> &Buffer {
+        match self {
+            ArgBuf::Borrowed(b) => b,
+            ArgBuf::Donated(b) => b,
+            ArgBuf::Taken => panic!("argument buffer already moved to its output"),
+        }
+    }
+}
+
+/// Appends the ranked memref descriptor of a dense row-major buffer to `d`, as words:
 /// `[alloc, aligned, offset=0, sizes.., strides..]`.
-fn descriptor(b: &Buffer) -> Vec<i64> {
+fn push_descriptor(d: &mut SmallVec<[i64; 96]>, b: &Buffer) {
     let shape = b.shape();
     let p = b.as_ptr() as i64;
-    let mut d = vec![p, p, 0];
+    d.extend_from_slice(&[p, p, 0]);
     d.extend(shape.iter().map(|&s| s as i64));
-    let mut strides = vec![0i64; shape.len()];
+    let at = d.len();
+    d.extend(std::iter::repeat_n(0, shape.len()));
     let mut acc = 1i64;
     for i in (0..shape.len()).rev() {
-        strides[i] = acc;
+        d[at + i] = acc;
         acc *= shape[i] as i64;
     }
-    d.extend(strides);
-    d
 }
 
 impl Executable {
@@ -214,54 +311,89 @@ impl Executable {
     /// those compiled for (the message lists every mismatch, JAX-style);
     /// `ErrorKind::Runtime` when a host callback failed during the run.
     pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>, Error> {
-        self.execute_into(args, self.out_avals.iter().map(|_| None).collect())
+        let mut a: SmallVec<[ArgBuf<'_>; 8]> = args.iter().map(|b| ArgBuf::Borrowed(b)).collect();
+        self.execute_args(&mut a)
     }
 
-    /// As `execute`, writing output `k` into `dests[k]` when given (a donated input's
-    /// buffer, say) instead of a fresh buffer; the given buffers are returned as the
-    /// outputs. A destination must not overlap any of `args` (the compiled entry assumes
-    /// inputs and outputs are distinct: pass a copy of an input whose buffer is reused).
+    /// Per user argument: the output that the compiled entry writes into the argument's
+    /// own buffer (the module was lowered with that argument donated, and bufferization
+    /// found an order that computes the output in place).
+    pub fn aliases(&self) -> &[Option<usize>] {
+        &self.aliases
+    }
+
+    /// Per user argument: whether the lowered module donates it to an output
+    /// (`tf.aliasing_output`); a call deletes such arguments, whether or not the output
+    /// could be computed in place (`aliases`).
+    pub fn donated_args(&self) -> &[bool] {
+        &self.donated
+    }
+
+    /// As `execute`, with arguments that may be given up: a `ArgBuf::Donated` buffer of an
+    /// argument that aliases an output (`aliases()`) becomes that output, computed in
+    /// place. An aliased output whose argument is only borrowed is computed in a copy of
+    /// the argument (borrowed inputs are never written). Donated buffers that alias no
+    /// output are dropped after the run.
     ///
-    /// Errors: as `execute`; `ErrorKind::Type` when `dests` has the wrong length or a
-    /// destination's shape or dtype differs from its output's.
-    pub fn execute_into(&self, args: &[&Buffer], dests: Vec<Option<Buffer>>) -> Result<Vec<Buffer>, Error> {
-        self.check_args(args)?;
-        if dests.len() != self.out_avals.len() {
-            return Err(Error::type_error(format!(
-                "{} output destinations given for {} outputs",
-                dests.len(),
-                self.out_avals.len()
-            )));
+    /// Errors: as `execute`.
+    pub fn execute_args(&self, args: &mut [ArgBuf<'_>]) -> Result<Vec<Buffer>, Error> {
+        self.execute_args_small(args).map(SmallVec::into_vec)
+    }
+
+    /// `execute_args` returning the outputs inline (no allocation for up to 4).
+    pub(crate) fn execute_args_small(&self, args: &mut [ArgBuf<'_>]) -> Result<SmallVec<[Buffer; 4]>, Error> {
+        {
+            let refs: SmallVec<[&Buffer; 8]> = args.iter().map(ArgBuf::get).collect();
+            self.check_args(&refs)?;
         }
-        let outs: Vec<Buffer> = dests
-            .into_iter()
-            .zip(&self.out_avals)
-            .map(|(d, a)| match d {
-                Some(b) if b.shape() == a.shape.as_slice() && b.dtype() == a.dtype => {
-                    let overlaps = args.iter().any(|x| !x.bytes().is_empty() && x.as_ptr() == b.as_ptr());
-                    if overlaps {
-                        Err(Error::type_error("an output destination is also an argument"))
-                    } else {
-                        Ok(b)
+        // Aliased outputs live in their argument's buffer: the donated buffer itself, or a
+        // private copy of a borrowed argument.
+        let mut outs: SmallVec<[Buffer; 4]> = SmallVec::with_capacity(self.out_avals.len());
+        for (k, a) in self.out_avals.iter().enumerate() {
+            outs.push(match self.out_from_arg[k] {
+                None => Buffer::for_output(a),
+                Some(i) => match std::mem::replace(&mut args[i], ArgBuf::Taken) {
+                    ArgBuf::Donated(b) => b,
+                    other => {
+                        let mut c = Buffer::for_output(a);
+                        c.bytes_mut().copy_from_slice(other.get().bytes());
+                        c
                     }
-                }
-                Some(b) => Err(Error::type_error(format!(
-                    "output destination {} does not match output {}",
-                    b.aval().long(),
-                    a.strong().long()
-                ))),
-                None => Ok(Buffer::zeros(a)),
-            })
-            .collect::<Result<_, Error>>()?;
-        let mut descs: Vec<Vec<i64>> = self.const_args.iter().map(|b| descriptor(b)).collect();
-        descs.extend(args.iter().map(|b| descriptor(b)));
-        descs.extend(outs.iter().map(descriptor));
-        let mut ptrs: Vec<*mut c_void> = descs.iter_mut().map(|d| d.as_mut_ptr() as *mut c_void).collect();
-        let mut argv: Vec<*mut c_void> = ptrs.iter_mut().map(|p| p as *mut *mut c_void as *mut c_void).collect();
+                },
+            });
+        }
+        let mut words: SmallVec<[i64; 96]> = SmallVec::new();
+        let mut starts: SmallVec<[usize; 16]> = SmallVec::new();
+        for b in self.const_args.iter().map(|b| b.as_ref()) {
+            starts.push(words.len());
+            push_descriptor(&mut words, b);
+        }
+        let nc = self.const_args.len();
+        for (i, b) in args.iter().enumerate() {
+            starts.push(words.len());
+            match self.aliases[i] {
+                // The argument is read and written in its output's buffer.
+                Some(k) => push_descriptor(&mut words, &outs[k]),
+                None => push_descriptor(&mut words, b.get()),
+            }
+        }
+        for (k, b) in outs.iter().enumerate() {
+            if self.out_from_arg[k].is_none() {
+                starts.push(words.len());
+                push_descriptor(&mut words, b);
+            }
+        }
+        debug_assert!(starts.len() >= nc);
+        let base = words.as_mut_ptr();
+        // SAFETY: every start is an index into `words`, which is not resized below.
+        let mut ptrs: SmallVec<[*mut c_void; 16]> = starts.iter().map(|&s| unsafe { base.add(s) } as *mut c_void).collect();
+        let mut argv: SmallVec<[*mut c_void; 16]> =
+            ptrs.iter_mut().map(|p| p as *mut *mut c_void as *mut c_void).collect();
         callbacks::begin();
         // SAFETY: argv holds one pointer per entry parameter, each to a pointer to a live
-        // descriptor of the compiled shape (checked above); outputs are fresh or given
-        // buffers of the output's shape that overlap no argument (checked above).
+        // descriptor of the compiled shape (checked above); outputs are fresh buffers or,
+        // for aliased outputs, buffers this call owns holding the argument (the entry
+        // reads them as the argument; bufferization orders reads before writes).
         unsafe { (self.entry)(argv.as_mut_ptr()) };
         callbacks::finish()?;
         Ok(outs)

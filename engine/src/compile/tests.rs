@@ -159,6 +159,32 @@ fn passthrough_outputs_and_donation() {
 }
 
 #[test]
+fn donated_argument_buffer_receives_its_output_in_place() {
+    // out = x * y + x, with x donated: computed in x's buffer.
+    let mut b = Builder::new();
+    let x = b.arg(&[5], DType::F32);
+    let y = b.arg(&[5], DType::F32);
+    let p = b.op(Primitive::Mul, &[x.clone(), y], &[5], DType::F32);
+    let s = b.op(Primitive::Add, &[p, x], &[5], DType::F32);
+    let j = b.finish(&[s]);
+    let m = lower_jaxpr(&j, "inplace", &LowerOptions { donated: vec![true, false] }).unwrap();
+    let exe = compile(&m, &CompileOptions::default()).unwrap();
+    assert_eq!(exe.aliases(), &[Some(0), None]);
+    let xs = buf(&[5], DType::F32, &[1.0f32, 2.0, 3.0, 4.0, 5.0]);
+    let ys = buf(&[5], DType::F32, &[2.0f32, 2.0, 0.5, -1.0, 0.0]);
+    // Borrowed: the input stays intact and the output is a fresh buffer.
+    let out = exe.execute(&[&xs, &ys]).unwrap();
+    assert_eq!(f32s(&out[0]), vec![3.0, 6.0, 4.5, 0.0, 5.0]);
+    assert_eq!(f32s(&xs), vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+    assert_ne!(out[0].as_ptr(), xs.as_ptr());
+    // Donated: the output is the same allocation.
+    let ptr = xs.as_ptr();
+    let out = exe.execute_args(&mut [ArgBuf::Donated(xs), ArgBuf::Borrowed(&ys)]).unwrap();
+    assert_eq!(out[0].as_ptr(), ptr);
+    assert_eq!(f32s(&out[0]), vec![3.0, 6.0, 4.5, 0.0, 5.0]);
+}
+
+#[test]
 fn argument_mismatch_is_a_type_error() {
     let exe = compile_jaxpr(&two_x_plus_y());
     let v = buf(&[3], DType::I32, &[1i32, 2, 3]);

@@ -1,10 +1,16 @@
 //! Host buffers: 64-byte aligned, dense row-major array data with its type.
 //!
-//! A `Buffer` is immutable once made (compiled code writes only into fresh outputs), so
-//! it is shared through `Arc` by every array and jaxpr constant that refers to it.
+//! A `Buffer` is immutable once shared (compiled code writes only into fresh outputs or
+//! into a donated input it owns), so it is shared through `Arc` by every array and jaxpr
+//! constant that refers to it.
+//!
+//! Buffers of `POOL_MIN_BYTES` or more come from a size-class pool and return to it when
+//! the last reference drops, so a computation that makes a fresh large output on every
+//! call reuses memory whose pages are already mapped instead of page-faulting it in again
+//! (the pool keeps at most `pool_stats().limit_bytes`).
 
 use crate::ir::{DType, ShapedArray};
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::fmt;
 
 /// Alignment of every buffer in bytes (one cache line; also enough for AVX-512 loads).
@@ -15,6 +21,10 @@ pub struct Buffer {
     aval: ShapedArray,
     ptr: *mut u8,
     len: usize,
+    /// Bytes allocated (`size_class(len)`), what is freed or pooled.
+    cap: usize,
+    /// Start of the allocation (below `ptr` for small buffers, see `alloc_raw`).
+    base: *mut u8,
 }
 
 // SAFETY: the allocation is owned uniquely by the Buffer, and it is only written through
@@ -25,18 +35,31 @@ unsafe impl Sync for Buffer {}
 impl Buffer {
     /// A zero-filled buffer of `aval` (`aval.nbytes()` bytes).
     pub fn zeros(aval: &ShapedArray) -> Buffer {
+        let mut b = Buffer::alloc(aval, true);
+        if !b.zeroed_on_alloc {
+            b.bytes_mut().fill(0);
+        }
+        b.into_plain()
+    }
+
+    /// A buffer of `aval` whose contents are unspecified (pooled memory is reused as is),
+    /// for compiled outputs, which the computation writes completely before anyone reads
+    /// them.
+    /// (Fresh system memory may be uninitialised; the compiled entry overwrites every
+    /// byte before the buffer is shared.)
+    pub(crate) fn for_output(aval: &ShapedArray) -> Buffer {
+        Buffer::alloc(aval, false).into_plain()
+    }
+
+    fn alloc(aval: &ShapedArray, zeroed: bool) -> Fresh {
         let len = aval.nbytes();
-        let ptr = if len == 0 {
-            BUFFER_ALIGN as *mut u8 // dangling, aligned, never dereferenced
+        let cap = size_class(len);
+        let (base, ptr, z) = if len == 0 {
+            (BUFFER_ALIGN as *mut u8, BUFFER_ALIGN as *mut u8, true) // dangling, aligned, never dereferenced
         } else {
-            // SAFETY: non-zero size, valid power-of-two alignment.
-            let p = unsafe { alloc_zeroed(Layout::from_size_align(len, BUFFER_ALIGN).expect("layout")) };
-            if p.is_null() {
-                std::alloc::handle_alloc_error(Layout::from_size_align(len, BUFFER_ALIGN).unwrap());
-            }
-            p
+            alloc_raw(cap, zeroed)
         };
-        Buffer { aval: aval.strong(), ptr, len }
+        Fresh { buf: Buffer { aval: aval.strong(), ptr, len, cap, base }, zeroed_on_alloc: z }
     }
 
     /// A buffer holding `bytes` (little-endian elements of `aval.dtype`).
@@ -45,7 +68,7 @@ impl Buffer {
         if bytes.len() != aval.nbytes() {
             return Err(format!("{} needs {} bytes, got {}", aval.short(), aval.nbytes(), bytes.len()));
         }
-        let mut b = Buffer::zeros(aval);
+        let mut b = Buffer::alloc(aval, false).into_plain();
         b.bytes_mut().copy_from_slice(bytes);
         Ok(b)
     }
@@ -144,22 +167,221 @@ pub fn f16_to_f32(h: u16) -> f32 {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if self.len != 0 {
-            // SAFETY: allocated in `zeros` with this exact layout.
-            unsafe { dealloc(self.ptr, Layout::from_size_align(self.len, BUFFER_ALIGN).unwrap()) }
+            free_raw(self.base, self.cap);
         }
     }
 }
 
 impl Clone for Buffer {
     fn clone(&self) -> Buffer {
-        let mut b = Buffer::zeros(&self.aval);
+        let mut b = Buffer::alloc(&self.aval, false).into_plain();
         b.bytes_mut().copy_from_slice(self.bytes());
         b
+    }
+}
+
+/// A newly allocated buffer and whether its memory is known to be zero.
+struct Fresh {
+    buf: Buffer,
+    zeroed_on_alloc: bool,
+}
+
+impl Fresh {
+    fn into_plain(self) -> Buffer {
+        self.buf
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.buf.bytes_mut()
     }
 }
 
 impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Buffer({}, {} bytes)", self.aval.short(), self.len)
+    }
+}
+
+/// Buffers of at least this many bytes come from the size-class pool (`pool_stats`) and go
+/// back to it on drop. Below it the system allocator is cheap (glibc serves small blocks
+/// from its arenas); above it (128 KiB is glibc's default mmap threshold) every fresh
+/// allocation would be a new mapping whose pages fault on first touch — ~10k faults for a
+/// 40 MB output.
+pub const POOL_MIN_BYTES: usize = 64 * 1024;
+
+/// Default cap on the bytes the pool keeps for reuse (`set_pool_limit`).
+pub const DEFAULT_POOL_LIMIT: usize = 512 << 20;
+
+/// Statistics of the large-buffer pool (all sizes in bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes held by the pool for reuse (not owned by any buffer).
+    pub retained_bytes: usize,
+    /// Most bytes the pool keeps; a freed buffer that would exceed it is released.
+    pub limit_bytes: usize,
+    /// Large allocations served from the pool.
+    pub hits: u64,
+    /// Large allocations that needed a fresh allocation.
+    pub misses: u64,
+    /// Bytes of large buffers currently owned by live buffers.
+    pub live_bytes: usize,
+}
+
+struct Pool {
+    free: std::collections::HashMap<usize, Vec<usize>>,
+    stats: PoolStats,
+}
+
+fn pool() -> &'static std::sync::Mutex<Pool> {
+    static P: std::sync::OnceLock<std::sync::Mutex<Pool>> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        std::sync::Mutex::new(Pool {
+            free: std::collections::HashMap::new(),
+            stats: PoolStats { limit_bytes: DEFAULT_POOL_LIMIT, ..Default::default() },
+        })
+    })
+}
+
+fn lock_pool() -> std::sync::MutexGuard<'static, Pool> {
+    pool().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The allocation size for a request of `len` bytes: `len` itself below
+/// `POOL_MIN_BYTES`, else the next of 4 size classes per power of two (≤ 25 % slack,
+/// a multiple of 4 KiB), so outputs of nearly equal sizes share buffers.
+fn size_class(len: usize) -> usize {
+    if len < POOL_MIN_BYTES {
+        return len;
+    }
+    let top = usize::BITS - 1 - len.leading_zeros(); // 2^top <= len
+    let quarter = 1usize << (top - 2);
+    len.div_ceil(quarter) * quarter
+}
+
+/// The pool's current statistics.
+pub fn pool_stats() -> PoolStats {
+    lock_pool().stats
+}
+
+/// Sets the most bytes the pool retains and releases what exceeds it now.
+pub fn set_pool_limit(bytes: usize) {
+    let mut p = lock_pool();
+    p.stats.limit_bytes = bytes;
+    shrink(&mut p);
+}
+
+/// Releases every pooled buffer to the system (JAX's `clear_backends` analogue for
+/// host memory; live buffers are unaffected).
+pub fn trim_pool() {
+    let mut p = lock_pool();
+    let limit = p.stats.limit_bytes;
+    p.stats.limit_bytes = 0;
+    shrink(&mut p);
+    p.stats.limit_bytes = limit;
+}
+
+fn shrink(p: &mut Pool) {
+    while p.stats.retained_bytes > p.stats.limit_bytes {
+        let Some(&class) = p.free.keys().max() else { break };
+        let v = p.free.get_mut(&class).expect("key");
+        if let Some(ptr) = v.pop() {
+            p.stats.retained_bytes -= class;
+            // SAFETY: allocated by `alloc_raw` with this class size and alignment.
+            unsafe { dealloc(ptr as *mut u8, Layout::from_size_align(class, BUFFER_ALIGN).expect("layout")) };
+        }
+        if v.is_empty() {
+            p.free.remove(&class);
+        }
+    }
+}
+
+/// Layout of a small (unpooled) allocation of `class` bytes: 16-byte aligned with room
+/// to align the data to `BUFFER_ALIGN` by hand. glibc serves 16-byte-aligned blocks from
+/// its per-thread cache; a 64-byte-aligned request goes through `memalign` and its slow
+/// free path, which dominated a cached call's time.
+fn small_layout(class: usize) -> Layout {
+    Layout::from_size_align(class + BUFFER_ALIGN - 16, 16).expect("layout")
+}
+
+/// Allocates `class` bytes (a `size_class` result, non-zero): from the pool when it is
+/// large and a freed buffer of that class is kept, else from the system allocator.
+/// Returns the allocation's start, the `BUFFER_ALIGN`-aligned data pointer and whether
+/// the contents are known to be zero.
+fn alloc_raw(class: usize, zeroed: bool) -> (*mut u8, *mut u8, bool) {
+    if class < POOL_MIN_BYTES {
+        let layout = small_layout(class);
+        // SAFETY: non-zero size, valid alignment.
+        let base = unsafe { if zeroed { alloc_zeroed(layout) } else { alloc(layout) } };
+        if base.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        let pad = base.align_offset(BUFFER_ALIGN);
+        // SAFETY: pad <= BUFFER_ALIGN - 16, within the allocation's slack.
+        return (base, unsafe { base.add(pad) }, zeroed);
+    }
+    {
+        let mut p = lock_pool();
+        p.stats.live_bytes += class;
+        let hit = p.free.get_mut(&class).and_then(|v| v.pop());
+        if let Some(ptr) = hit {
+            p.stats.retained_bytes -= class;
+            p.stats.hits += 1;
+            return (ptr as *mut u8, ptr as *mut u8, false);
+        }
+        p.stats.misses += 1;
+    }
+    let layout = Layout::from_size_align(class, BUFFER_ALIGN).expect("layout");
+    // SAFETY: non-zero size, valid power-of-two alignment.
+    let p = unsafe { if zeroed { alloc_zeroed(layout) } else { alloc(layout) } };
+    if p.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    (p, p, zeroed)
+}
+
+/// Returns an allocation (its start) of `class` bytes to the pool, or to the system when
+/// it is small or the pool is full.
+fn free_raw(base: *mut u8, class: usize) {
+    if class < POOL_MIN_BYTES {
+        // SAFETY: allocated by `alloc_raw` with `small_layout(class)`.
+        unsafe { dealloc(base, small_layout(class)) };
+        return;
+    }
+    let mut p = lock_pool();
+    p.stats.live_bytes -= class;
+    if p.stats.retained_bytes + class <= p.stats.limit_bytes {
+        p.stats.retained_bytes += class;
+        p.free.entry(class).or_default().push(base as usize);
+        return;
+    }
+    drop(p);
+    // SAFETY: allocated by `alloc_raw` with this size and alignment.
+    unsafe { dealloc(base, Layout::from_size_align(class, BUFFER_ALIGN).expect("layout")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_have_at_most_a_quarter_slack() {
+        assert_eq!(size_class(100), 100);
+        assert_eq!(size_class(POOL_MIN_BYTES), POOL_MIN_BYTES);
+        assert_eq!(size_class(POOL_MIN_BYTES + 1), POOL_MIN_BYTES + POOL_MIN_BYTES / 4);
+        assert_eq!(size_class(40_000_000), 41_943_040); // 1.25 * 2^25
+    }
+
+    #[test]
+    fn large_buffers_are_pooled_and_zeros_are_zero() {
+        let aval = ShapedArray::new(&[100_000], DType::F32);
+        let mut b = Buffer::for_output(&aval);
+        b.bytes_mut().fill(7);
+        let p = b.as_ptr();
+        drop(b);
+        let z = Buffer::zeros(&aval);
+        // Another test may take the pooled buffer first; either way the contents are zero.
+        assert!(z.bytes().iter().all(|&x| x == 0));
+        let _ = p;
+        let s = pool_stats();
+        assert!(s.retained_bytes <= s.limit_bytes);
     }
 }

@@ -54,6 +54,14 @@ impl DeviceArray {
     pub fn delete(&self) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Deleted;
     }
+    /// The buffer if the value is ready now; `None` while pending, failed or deleted
+    /// (never waits).
+    pub fn try_buffer(&self) -> Option<Arc<Buffer>> {
+        match &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            State::Ready(b) => Some(b.clone()),
+            _ => None,
+        }
+    }
     pub fn is_ready(&self) -> bool {
         !matches!(*self.state.lock().unwrap_or_else(|e| e.into_inner()), State::Pending)
     }

@@ -153,6 +153,14 @@ impl Array {
         Array::from_vec(data, &shape).expect("shape matches")
     }
 
+    /// The abstract value, borrowed.
+    pub(crate) fn aval_ref(&self) -> &ShapedArray {
+        match &self.0 {
+            Repr::Device(d) => &d.aval,
+            Repr::Tracer(t) => &t.var.aval,
+        }
+    }
+
     /// The abstract value (shape, dtype, weak type).
     pub fn aval(&self) -> ShapedArray {
         match &self.0 {

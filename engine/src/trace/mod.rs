@@ -181,9 +181,10 @@ impl Operand {
 /// return `Result` still surface it) and placeholder tracers are returned.
 pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Result<Vec<Array>> {
     let in_avals: Vec<ShapedArray> = operands.iter().map(|o| o.aval()).collect();
-    let src = source_info(loc);
-    let out_avals = crate::lax::shape::abstract_eval(&prim, &in_avals).map_err(|e| e.at(Some(src.clone())));
+    let out_avals = crate::lax::shape::abstract_eval(&prim, &in_avals).map_err(|e| e.at(Some(source_info(loc))));
+    drop(in_avals);
     if is_tracing() {
+        let src = source_info(loc);
         return STACK.with(|s| {
             let mut s = s.borrow_mut();
             let live: Vec<u64> = s.iter().map(|b| b.id).collect();
@@ -220,7 +221,8 @@ pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Resu
         });
     }
     let out_avals = out_avals?;
-    crate::transform::eager::apply(prim, operands, out_avals).map_err(|e| e.at(Some(src)))
+    // Eagerly, the source location is only built for an error (it allocates).
+    crate::transform::eager::apply(prim, operands, out_avals).map_err(|e| e.at(Some(source_info(loc))))
 }
 
 /// Records `e` in the innermost trace (if any) and returns a placeholder of `aval` so an

@@ -1,23 +1,59 @@
 //! Eager execution of one primitive outside any trace: a one-equation jaxpr compiled
-//! once per (primitive, params, operand types) and dispatched asynchronously, as JAX
-//! runs `jit(prim)` for op-by-op code.
+//! once per (primitive, params, operand types) and run at once on the calling thread when
+//! the operands are ready (else dispatched to the device worker), as JAX runs
+//! `jit(prim)` for op-by-op code.
+//!
+//! The executable cache is keyed by a hash of the primitive's `Debug` text (written
+//! straight into the hasher, no `String`) and the operand avals; a hit compares the
+//! primitive and avals for equality.
 
 use super::pipeline::{self, ExecutableRef};
 use crate::error::Result;
 use crate::ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Primitive, ShapedArray, Var};
 use crate::runtime::{dispatch, Buffer, DeviceArray};
 use crate::trace::{Array, Operand};
+use super::jit::run_sync;
+use smallvec::SmallVec;
 use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
-fn cache() -> &'static Mutex<HashMap<String, ExecutableRef>> {
-    static C: OnceLock<Mutex<HashMap<String, ExecutableRef>>> = OnceLock::new();
+struct Entry {
+    prim: Primitive,
+    in_avals: Vec<ShapedArray>,
+    exe: ExecutableRef,
+    jaxpr: ClosedJaxpr,
+    /// `jit::sync_ok` of the jaxpr (no loops: runs on the calling thread).
+    sync: bool,
+}
+
+fn cache() -> &'static Mutex<HashMap<u64, Vec<Arc<Entry>>>> {
+    static C: OnceLock<Mutex<HashMap<u64, Vec<Arc<Entry>>>>> = OnceLock::new();
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Runs `prim` on `operands` now (asynchronously); `out_avals` come from its type rule.
+/// Feeds `Debug` output to a hasher without building the string.
+struct HashWriter<'a, H: Hasher>(&'a mut H);
+impl<H: Hasher> std::fmt::Write for HashWriter<'_, H> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
+    }
+}
+
+fn key(prim: &Primitive, in_avals: &[&ShapedArray]) -> u64 {
+    let mut h = super::jit::FxHasher::default();
+    let _ = write!(HashWriter(&mut h), "{prim:?}");
+    for a in in_avals {
+        a.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Runs `prim` on `operands` now; `out_avals` come from its type rule.
 pub fn apply(prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedArray>) -> Result<Vec<Array>> {
-    let inputs: Vec<Arc<DeviceArray>> = operands
+    let inputs: SmallVec<[Arc<DeviceArray>; 4]> = operands
         .into_iter()
         .map(|o| match o {
             Operand::Array(a) => a.device().cloned().expect("eager operands are concrete"),
@@ -33,24 +69,35 @@ pub fn apply(prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedArray
         crate::runtime::callbacks::fire(*callback, bufs);
         return Ok(vec![]);
     }
-    let in_avals: Vec<ShapedArray> = inputs.iter().map(|d| d.aval.clone()).collect();
-    let key = format!("{prim:?}|{in_avals:?}");
-    let exe = {
-        let hit = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
-        match hit {
-            Some(e) => e,
-            None => {
-                let jaxpr = one_eqn_jaxpr(prim.clone(), &in_avals, &out_avals);
-                let e = pipeline::compile_jaxpr(&jaxpr, prim.name(), &pipeline::StageOptions::default())?.executable;
-                cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, e.clone());
-                e
-            }
+    let avals: SmallVec<[&ShapedArray; 4]> = inputs.iter().map(|d| &d.aval).collect();
+    let k = key(&prim, &avals);
+    let hit = cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&k)
+        .and_then(|v| v.iter().find(|e| e.prim == prim && e.in_avals.iter().eq(avals.iter().copied())).cloned());
+    let entry = match hit {
+        Some(e) => e,
+        None => {
+            let in_avals: Vec<ShapedArray> = avals.iter().map(|a| (*a).clone()).collect();
+            let jaxpr = one_eqn_jaxpr(prim.clone(), &in_avals, &out_avals);
+            let exe = pipeline::compile_jaxpr(&jaxpr, prim.name(), &pipeline::StageOptions::default())?.executable;
+            let sync = super::jit::sync_ok(&jaxpr.jaxpr);
+            let e = Arc::new(Entry { prim, in_avals, exe, jaxpr, sync });
+            cache().lock().unwrap_or_else(|e| e.into_inner()).entry(k).or_default().push(e.clone());
+            e
         }
     };
+    drop(avals);
+    if entry.sync {
+        if let Some(outs) = run_sync(&entry.exe, &entry.jaxpr, inputs.iter())? {
+            return Ok(outs);
+        }
+    }
     let outs: Vec<Arc<DeviceArray>> = out_avals.iter().map(|a| DeviceArray::pending(a.clone())).collect();
-    let inputs2 = inputs.clone();
+    let exe = entry.exe.clone();
     dispatch::submit(outs.clone(), move || {
-        let bufs = inputs2.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;
+        let bufs = inputs.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;
         let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
         exe.execute(&refs)
     });

@@ -4,6 +4,11 @@
 //! is the argument signature: pytree structure, leaf avals (shape, dtype, weak type) and
 //! static values. Misses are explained when `jax_explain_cache_misses` is on, and every
 //! call that missed a cache layer is recorded for `%explain`.
+//!
+//! The hit path allocates nothing for the lookup: the signature is hashed in place
+//! (`signature_hash`, FxHash) and compared with the cached ones field by field
+//! (`Signature::matches`); source locations, explain records and magic bookkeeping are
+//! only built on a miss or while a magic listens.
 
 use super::explain::{self, Event};
 use super::pipeline::{self, CompiledArtifacts, StageOptions};
@@ -11,7 +16,9 @@ use super::stages::{Compiled, Lowered, Traced};
 use crate::config;
 use crate::error::{Error, Result};
 use crate::ir::{ClosedJaxpr, ShapedArray, SourceInfo};
+use crate::compile::ArgBuf;
 use crate::runtime::{dispatch, Buffer, DeviceArray};
+use smallvec::SmallVec;
 use crate::trace::pytree::{flatten_value, ArgLeaf, Args, Flat, Pytree, StaticValue, TreeDef};
 use crate::tree::ShapeTree;
 use crate::trace::{self, source_info, Array};
@@ -50,7 +57,70 @@ pub struct Signature {
     pub static_hashes: Vec<u64>,
 }
 
+/// The hash of `flat`'s signature (equal to hashing the `Signature` it would make),
+/// computed without building one.
+fn signature_hash(flat: &Flat) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = FxHasher::default();
+    flat.treedef.hash(&mut h);
+    flat.leaves.len().hash(&mut h);
+    for l in &flat.leaves {
+        leaf_aval(l).hash(&mut h);
+    }
+    for st in &flat.statics {
+        st.hash.hash(&mut h);
+    }
+    h.finish()
+}
+
+fn leaf_aval(l: &ArgLeaf) -> &ShapedArray {
+    match l {
+        ArgLeaf::Value(a) => a.aval_ref(),
+        ArgLeaf::Spec(s) => s,
+    }
+}
+
+/// A small multiplicative hasher (rustc's FxHash) for the per-call cache key: the key is
+/// a few words, where SipHash's setup dominates.
+#[derive(Default)]
+pub(crate) struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 impl Signature {
+    /// Whether `flat` has this signature (compared in place, nothing allocated).
+    fn matches(&self, flat: &Flat) -> bool {
+        self.treedef == flat.treedef
+            && self.avals.len() == flat.leaves.len()
+            && self.avals.iter().zip(&flat.leaves).all(|(a, l)| a == leaf_aval(l))
+            && self.static_hashes.len() == flat.statics.len()
+            && self.static_hashes.iter().zip(&flat.statics).all(|(h, st)| *h == st.hash)
+            && self.statics.iter().zip(&flat.statics).all(|(r, st)| *r == st.repr)
+    }
+
     fn of(flat: &Flat) -> Signature {
         Signature {
             treedef: flat.treedef.clone(),
@@ -71,6 +141,22 @@ pub struct CacheEntry {
     pub donated: Vec<bool>,
     pub trace_secs: f64,
     pub compiled: OnceLock<CompiledArtifacts>,
+    /// Whether calls with ready inputs may run synchronously on the calling thread
+    /// (`sync_ok`).
+    pub sync: bool,
+}
+
+/// Whether a computation may run on the calling thread when its inputs are ready: it has
+/// no effects (those are ordered on the device worker) and no `while`/`scan` loop (whose
+/// running time is unbounded, so the wait for it stays interruptible on the worker).
+pub(crate) fn sync_ok(j: &crate::ir::Jaxpr) -> bool {
+    fn loops(j: &crate::ir::Jaxpr) -> bool {
+        j.eqns.iter().any(|e| {
+            matches!(e.primitive, crate::ir::Primitive::While { .. } | crate::ir::Primitive::Scan { .. })
+                || e.primitive.sub_jaxprs().into_iter().any(loops)
+        })
+    }
+    !j.has_effects() && !loops(j)
 }
 
 pub(crate) struct JitInner<A, R> {
@@ -80,7 +166,8 @@ pub(crate) struct JitInner<A, R> {
     id: u64,
     donate_argnums: Vec<usize>,
     static_argnums: Vec<usize>,
-    cache: Mutex<HashMap<Signature, Arc<CacheEntry>>>,
+    /// Trace cache: signature hash (`signature_hash`) → the signatures with that hash.
+    cache: Mutex<HashMap<u64, Vec<(Signature, Arc<CacheEntry>)>>>,
     seen: Mutex<Vec<Signature>>,
 }
 
@@ -208,11 +295,13 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     }
 
     /// Calls the function: trace on a new signature, compile on a new lowered module,
-    /// then dispatch asynchronously (results are futures; reading them waits).
+    /// then run: on this thread when every input is ready and the computation has no
+    /// effects and no `while`/`scan` (`sync_ok`; results are ready arrays), else
+    /// dispatched to the device worker (results are futures; reading them waits).
     /// Errors: tracing errors with the user's line, compile errors, `KeyboardInterrupt`.
     #[track_caller]
     pub fn call(&self, args: impl Args<A>) -> Result<R> {
-        let call_site = source_info(Location::caller());
+        let loc = Location::caller();
         let flat = self.flatten(args)?;
         if trace::is_tracing() || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.is_tracer())) {
             // Nested jit: inline into the enclosing trace.
@@ -224,22 +313,43 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 "cannot call a jitted function with ShapeDtypeStruct arguments; use .trace(...) or .lower(...) for specs",
             ));
         }
-        let (entry, traced_now) = self.lookup_or_trace(&flat, &call_site)?;
-        let t0 = Instant::now();
+        let (entry, traced_now) = self.lookup_or_trace(&flat, loc)?;
         let was_compiled = entry.compiled.get().is_some();
+        let t0 = (!was_compiled).then(Instant::now);
         let art = self.compiled(&entry)?;
         crate::magic::note_call(&self.inner.name, &entry);
         if traced_now || !was_compiled {
             explain::record(Event {
                 function: self.inner.name.clone(),
-                call_site: call_site.clone(),
+                call_site: source_info(loc),
                 trace_miss: traced_now,
                 trace_secs: if traced_now { entry.trace_secs } else { 0.0 },
                 executable_hit: art.cache_hit,
-                compile_secs: if was_compiled { 0.0 } else { t0.elapsed().as_secs_f64() },
+                compile_secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
                 reason: None,
             });
         }
+        let outs = if entry.sync {
+            match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
+                ArgLeaf::Value(a) => a.device().expect("concrete"),
+                ArgLeaf::Spec(_) => unreachable!(),
+            }))? {
+                Some(outs) => outs,
+                None => self.run_async(&art.executable, &entry, &flat)?,
+            }
+        } else {
+            self.run_async(&art.executable, &entry, &flat)?
+        };
+        if !entry.sync && entry.jaxpr.jaxpr.has_effects() {
+            for o in &outs {
+                o.block_until_ready()?;
+            }
+            dispatch::barrier()?;
+        }
+        crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
+    }
+
+    fn run_async(&self, exe: &pipeline::ExecutableRef, entry: &CacheEntry, flat: &Flat) -> Result<Vec<Array>> {
         let inputs: Vec<Arc<DeviceArray>> = flat
             .leaves
             .iter()
@@ -248,14 +358,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 ArgLeaf::Spec(_) => unreachable!(),
             })
             .collect();
-        let outs = run_donating(&art.executable, &entry.jaxpr, inputs, &entry.donated)?;
-        if entry.jaxpr.jaxpr.has_effects() {
-            for o in &outs {
-                o.block_until_ready()?;
-            }
-            dispatch::barrier()?;
-        }
-        crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
+        run_donating(exe, &entry.jaxpr, inputs, &entry.donated, false)
     }
 
     fn rebuild_args(&self, flat: &Flat) -> Result<A> {
@@ -282,18 +385,26 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     }
 
     /// Finds the trace for `flat`'s signature or traces now; the bool says whether it traced.
-    pub(crate) fn lookup_or_trace(&self, flat: &Flat, call_site: &SourceInfo) -> Result<(Arc<CacheEntry>, bool)> {
-        let sig = Signature::of(flat);
-        if let Some(e) = self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&sig) {
-            return Ok((e.clone(), false));
+    /// The lookup hashes the signature in place (`signature_hash`) and compares it with
+    /// the cached ones without allocating.
+    pub(crate) fn lookup_or_trace(&self, flat: &Flat, loc: &'static Location<'static>) -> Result<(Arc<CacheEntry>, bool)> {
+        let h = signature_hash(flat);
+        {
+            let cache = self.inner.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = cache.get(&h).and_then(|v| v.iter().find(|(s, _)| s.matches(flat))) {
+                return Ok((e.1.clone(), false));
+            }
         }
-        let reason = self.explain_miss(&sig, call_site);
+        let sig = Signature::of(flat);
+        let call_site = source_info(loc);
+        let reason = self.explain_miss(&sig, &call_site);
         if config::explain_cache_misses() {
             eprintln!("{reason}");
         }
         explain::set_pending_reason(reason);
         let t0 = Instant::now();
         let (jaxpr, out_statics, out_tree) = self.trace_flat(flat, &sig)?;
+        let sync = sync_ok(&jaxpr.jaxpr);
         let entry = Arc::new(CacheEntry {
             jaxpr,
             out_statics,
@@ -301,11 +412,12 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             donated: self.donated_flags(&flat.treedef),
             trace_secs: t0.elapsed().as_secs_f64(),
             compiled: OnceLock::new(),
+            sync,
         });
         if config::log_compiles() {
             eprintln!("Finished tracing {} for jit in {:.9} sec", self.inner.name, entry.trace_secs);
         }
-        self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(sig.clone(), entry.clone());
+        self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).entry(h).or_default().push((sig.clone(), entry.clone()));
         self.inner.seen.lock().unwrap_or_else(|e| e.into_inner()).push(sig);
         Ok((entry, true))
     }
@@ -418,9 +530,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// `jit(f).trace(...)`). Errors: tracing errors.
     #[track_caller]
     pub fn trace(&self, args: impl Args<A>) -> Result<Traced<A, R>> {
-        let call_site = source_info(Location::caller());
         let flat = self.flatten(args)?;
-        let (entry, _) = self.lookup_or_trace(&flat, &call_site)?;
+        let (entry, _) = self.lookup_or_trace(&flat, Location::caller())?;
         Ok(Traced::new(self.clone(), entry, Signature::of(&flat)))
     }
 
@@ -441,7 +552,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
 
     /// Number of traces in this function's cache.
     pub fn cache_size(&self) -> usize {
-        self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).values().map(Vec::len).sum()
     }
 
     /// Compiles an entry (shared with `Lowered::compile`).
@@ -603,25 +714,84 @@ fn warn_unusable_donations(j: &ClosedJaxpr, donated: &[bool]) {
     }
 }
 
-/// `run` with donation: each donated input that aliases an output (`donation_aliases`) is
-/// taken now (waiting for it if pending) and marked deleted, and its buffer receives that
-/// output. The compiled entry assumes inputs and outputs do not overlap, so the input is
-/// read from a copy made just before the run; the output lands in the donated allocation.
-/// A donated buffer still shared elsewhere (a jaxpr constant, say) is not reused, but the
-/// argument is deleted all the same.
+/// Runs `exe` now on the calling thread if every input is ready, donating as
+/// `run_donating` does; `Ok(None)` (nothing done) when an input is still pending or
+/// failed, so the caller dispatches to the worker instead. Outputs are ready arrays with
+/// the jaxpr's out avals.
+pub(crate) fn run_sync<'a>(
+    exe: &pipeline::ExecutableRef,
+    jaxpr: &ClosedJaxpr,
+    inputs: impl Iterator<Item = &'a Arc<DeviceArray>> + Clone,
+) -> Result<Option<Vec<Array>>> {
+    let mut bufs: SmallVec<[Option<Arc<Buffer>>; 8]> = SmallVec::new();
+    for d in inputs.clone() {
+        match d.try_buffer() {
+            Some(b) => bufs.push(Some(b)),
+            None => return Ok(None),
+        }
+    }
+    let donated = exe.donated_args();
+    let mut owned: SmallVec<[Option<Buffer>; 8]> = SmallVec::new();
+    if donated.iter().any(|d| *d) {
+        owned.resize_with(bufs.len(), || None);
+        for (i, d) in inputs.enumerate() {
+            if donated.get(i) == Some(&true) {
+                d.delete();
+            }
+        }
+        for i in 0..bufs.len() {
+            if donated.get(i) == Some(&true) {
+                // Every reference but ours went with the deleted array, unless the buffer
+                // is shared (passed twice, a jaxpr constant): then it is only read.
+                match Arc::try_unwrap(bufs[i].take().expect("present")) {
+                    Ok(own) => owned[i] = Some(own),
+                    Err(shared) => bufs[i] = Some(shared),
+                }
+            }
+        }
+    }
+    let mut args: SmallVec<[ArgBuf<'_>; 8]> = SmallVec::with_capacity(bufs.len());
+    for (i, b) in bufs.iter().enumerate() {
+        args.push(match owned.get_mut(i).and_then(Option::take) {
+            Some(own) => ArgBuf::Donated(own),
+            None => ArgBuf::Borrowed(b.as_ref().expect("present")),
+        });
+    }
+    let outs = exe.execute_args_small(&mut args)?;
+    Ok(Some(
+        outs.into_iter()
+            .zip(&jaxpr.jaxpr.outvars)
+            .map(|(b, v)| Array::from_device(DeviceArray::ready(v.aval().clone(), Arc::new(b))))
+            .collect(),
+    ))
+}
+
+/// `run` with donation: each donated input that aliases an output
+/// (`Executable::donated_args`) is taken now (waiting for it if pending) and marked deleted, and its buffer becomes that
+/// output, computed in place (`Executable::execute_args`). A donated buffer still shared
+/// elsewhere (a jaxpr constant, say) is only read (the output gets a copy), but the
+/// argument is deleted all the same. With `sync` and every input ready, runs on the
+/// calling thread (`run_sync`).
 pub(crate) fn run_donating(
     exe: &pipeline::ExecutableRef,
     jaxpr: &ClosedJaxpr,
     inputs: Vec<Arc<DeviceArray>>,
     donated: &[bool],
+    sync: bool,
 ) -> Result<Vec<Array>> {
-    let aliases = donation_aliases(&jaxpr.jaxpr.in_avals(), &jaxpr.jaxpr.out_avals(), donated);
-    if aliases.iter().all(Option::is_none) {
+    let _ = donated; // the executable's aliases already reflect the donated flags
+    if sync {
+        if let Some(outs) = run_sync(exe, jaxpr, inputs.iter())? {
+            return Ok(outs);
+        }
+    }
+    let aliases: Vec<bool> = exe.donated_args().to_vec();
+    if !aliases.iter().any(|d| *d) {
         return run(exe, jaxpr, inputs);
     }
     let mut taken: Vec<Option<Arc<Buffer>>> = vec![None; inputs.len()];
     for (i, k) in aliases.iter().enumerate() {
-        if k.is_some() && taken[i].is_none() {
+        if *k && taken[i].is_none() {
             let b = inputs[i].wait()?;
             for (j, d) in inputs.iter().enumerate() {
                 if Arc::ptr_eq(d, &inputs[i]) {
@@ -631,32 +801,38 @@ pub(crate) fn run_donating(
         }
     }
     for (i, k) in aliases.iter().enumerate() {
-        if k.is_some() {
+        if *k {
             inputs[i].delete();
         }
     }
-    let out_avals = jaxpr.jaxpr.out_avals();
-    let n_out = out_avals.len();
-    let outs: Vec<Arc<DeviceArray>> = out_avals.into_iter().map(DeviceArray::pending).collect();
+    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().map(DeviceArray::pending).collect();
     let exe = exe.clone();
     dispatch::submit(outs.clone(), move || {
-        let mut bufs: Vec<Arc<Buffer>> = Vec::with_capacity(inputs.len());
-        let mut dests: Vec<Option<Buffer>> = (0..n_out).map(|_| None).collect();
-        for (i, (d, t)) in inputs.iter().zip(taken).enumerate() {
-            match t {
-                None => bufs.push(d.wait()?),
-                Some(b) => match (aliases[i], Arc::try_unwrap(b)) {
-                    (Some(k), Ok(own)) => {
-                        bufs.push(Arc::new(own.clone()));
-                        dests[k] = Some(own);
-                    }
-                    (_, Ok(own)) => bufs.push(Arc::new(own)),
-                    (_, Err(shared)) => bufs.push(shared),
-                },
+        let mut bufs: Vec<Option<Arc<Buffer>>> = Vec::with_capacity(inputs.len());
+        for (d, t) in inputs.iter().zip(&mut taken) {
+            bufs.push(Some(match t.take() {
+                None => d.wait()?,
+                Some(b) => b,
+            }));
+        }
+        let mut owned: Vec<Option<Buffer>> = (0..bufs.len()).map(|_| None).collect();
+        for i in 0..bufs.len() {
+            if aliases[i] {
+                match Arc::try_unwrap(bufs[i].take().expect("present")) {
+                    Ok(own) => owned[i] = Some(own),
+                    Err(shared) => bufs[i] = Some(shared),
+                }
             }
         }
-        let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
-        exe.execute_into(&refs, dests)
+        let mut args: Vec<ArgBuf<'_>> = bufs
+            .iter()
+            .zip(owned)
+            .map(|(b, o)| match o {
+                Some(own) => ArgBuf::Donated(own),
+                None => ArgBuf::Borrowed(b.as_ref().expect("present")),
+            })
+            .collect();
+        exe.execute_args(&mut args)
     });
     Ok(outs.into_iter().map(Array::from_device).collect())
 }
