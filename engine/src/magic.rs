@@ -68,12 +68,39 @@ pub fn compile<T>(call: impl FnOnce() -> T) -> Result<Text> {
     Ok(Text(compiled(&e)?.executable.optimized_ir().to_string()))
 }
 
+/// `%compile --stage NAME CALL`: one stage's text of the compiled function (`jaxpr`,
+/// `lowered`, `opt`, `llvm`, `asm`; see `Stage`). Errors: unknown stage name (listing the
+/// stages), translation or code generation failures.
+pub fn compile_stage<T>(stage: &str, call: impl FnOnce() -> T) -> Result<Text> {
+    let stage: crate::transform::Stage = stage.parse()?;
+    let (_, e) = last_call(call)?;
+    let c = compiled(&e)?;
+    use crate::transform::Stage;
+    Ok(Text(match stage {
+        Stage::Jaxpr => e.jaxpr.to_string(),
+        Stage::Lowered => c.lowered.text.clone(),
+        Stage::Optimized => c.executable.optimized_ir().to_string(),
+        Stage::Llvm => c.executable.llvm_ir()?,
+        // Jitted calls compile at the default level.
+        Stage::Asm => c.executable.assembly(2)?,
+    }))
+}
+
+/// `%diff-passes CALL`: the compile pipelines run pass by pass on CALL's lowered module,
+/// with a unified diff of the IR for every pass that changed it (beyond JAX).
+pub fn diff_passes<T>(call: impl FnOnce() -> T) -> Result<Text> {
+    let (_, e) = last_call(call)?;
+    Ok(Text(crate::compile::diff_passes(&compiled(&e)?.lowered)?.to_string()))
+}
+
 /// `%cost CALL`: cost and memory analysis of the compiled function.
 pub fn cost<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (name, e) = last_call(call)?;
     let c = compiled(&e)?;
     let cost = crate::compile::cost_analysis(&e.jaxpr.jaxpr);
-    let mem = crate::compile::memory_analysis(&c.lowered);
+    let mut mem = crate::compile::memory_analysis(&c.lowered);
+    mem.temp_size_in_bytes = crate::compile::temp_bytes(c.executable.optimized_ir());
+    mem.generated_code_size_in_bytes = c.executable.code_size(2).unwrap_or(0);
     Ok(Text(format!("jit({name})\n{cost}\n{mem}")))
 }
 
@@ -236,6 +263,8 @@ pub fn help() -> Text {
          \x20 %jaxpr CALL     the jaxpr of the jitted function CALL runs\n\
          \x20 %lower CALL     its lowered MLIR module (tensor level, upstream dialects)\n\
          \x20 %compile CALL   the optimized module after the compile pipeline\n\
+         \x20 %compile --stage jaxpr|lowered|opt|llvm|asm CALL   one stage's text (asm: host assembly)\n\
+         \x20 %diff-passes CALL  the IR diff of every compile pass that changed it\n\
          \x20 %cost CALL      cost analysis (flops, transcendentals, bytes) and memory analysis\n\
          \x20 %time CALL      wall time of one call, waiting for its result\n\
          \x20 %timeit CALL    mean ± std over repeated calls, like IPython\n\

@@ -18,7 +18,7 @@ pub use crate::transform::{
     checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, linearize, make_jaxpr,
     stop_gradient, value_and_grad, value_and_grad_with_aux, vjp, vmap,
     vmap_axes, Compiled,
-    Jitted, Linearized, Lowered, Traced,
+    Jitted, Linearized, Lowered, Stage, Traced,
 };
 pub use ndarray;
 /// `half::bf16`/`half::f16`: host values of bfloat16/float16 arrays

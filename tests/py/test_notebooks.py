@@ -1,9 +1,11 @@
-"""Golden notebook: notebooks/201-01-jit.ipynb executed by a real Jupyter client (nbclient)
-on the `jaxrepl` kernel, then chosen outputs checked (not only that it ran).
+"""Golden notebooks: each notebook in NOTEBOOKS executed by a real Jupyter client
+(nbclient) on the `jaxrepl` kernel, then chosen outputs checked (not only that it ran).
 
 Run by `make test` (which builds the kernel and exports JAXREPL_KERNEL_BIN); the kernelspec
-comes from conftest.py's `jaxrepl_kernelspec` fixture. Missing pieces -- the notebook, the
+comes from conftest.py's `jaxrepl_kernelspec` fixture. Missing pieces -- a notebook, the
 kernel binary -- are test failures with a message, never skips: the notebook is the test.
+Each notebook runs once per test session (its executed copy is written next to it as
+`*.executed.ipynb` for a look).
 """
 import json
 import os
@@ -12,37 +14,66 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOTEBOOKS = ["201-01-jit", "201-02-aot", "201-03-control-flow"]
 NOTEBOOK = os.path.join(ROOT, "notebooks", "201-01-jit.ipynb")
-EXECUTED = os.path.join(ROOT, "notebooks", "201-01-jit.executed.ipynb")
 KERNEL = "jaxrepl"
 # Generous: a cold engine build in the evaluation child takes about a minute on 2 cores.
 CELL_TIMEOUT_S = 900
 STARTUP_TIMEOUT_S = 300
+_RUNS = {}
 
 
-@pytest.fixture(scope="module")
-def executed(jaxrepl_kernelspec):
-    """The notebook after a full run on the kernel (also written to EXECUTED for a look).
-    `jaxrepl_kernelspec` (tests/py/conftest.py) installs the kernelspec of the kernel under
-    test, and fails the test when there is no kernel binary."""
+def notebook_path(name):
+    return os.path.join(ROOT, "notebooks", name + ".ipynb")
+
+
+def run_notebook(name, kernelspec):
+    """The notebook `name` after a full run on the kernel (cached per test session)."""
+    if name in _RUNS:
+        return _RUNS[name]
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    if not os.path.isfile(NOTEBOOK):
-        pytest.fail("%s does not exist (the engine lead writes it)" % os.path.relpath(NOTEBOOK, ROOT))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, kernel_name=jaxrepl_kernelspec.name, timeout=CELL_TIMEOUT_S,
+    path = notebook_path(name)
+    executed_path = os.path.join(ROOT, "notebooks", name + ".executed.ipynb")
+    if not os.path.isfile(path):
+        pytest.fail("%s does not exist" % os.path.relpath(path, ROOT))
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, kernel_name=kernelspec.name, timeout=CELL_TIMEOUT_S,
                             startup_timeout=STARTUP_TIMEOUT_S, allow_errors=False,
                             coalesce_streams=True, resources={"metadata": {"path": ROOT}})
     try:
         client.execute()
     except CellExecutionError as e:
-        nbformat.write(nb, EXECUTED)
+        nbformat.write(nb, executed_path)
         pytest.fail("a cell failed (cells expected to fail need the `raises-exception` tag); "
-                    "executed notebook in %s\n%s" % (os.path.relpath(EXECUTED, ROOT), e))
-    nbformat.write(nb, EXECUTED)
+                    "executed notebook in %s\n%s" % (os.path.relpath(executed_path, ROOT), e))
+    nbformat.write(nb, executed_path)
+    _RUNS[name] = nb
     return nb
+
+
+@pytest.fixture(scope="module")
+def executed(jaxrepl_kernelspec):
+    """201-01 after a full run. `jaxrepl_kernelspec` (tests/py/conftest.py) installs the
+    kernelspec of the kernel under test, and fails the test when there is no kernel binary."""
+    return run_notebook("201-01-jit", jaxrepl_kernelspec)
+
+
+@pytest.fixture(scope="module")
+def executed_aot(jaxrepl_kernelspec):
+    return run_notebook("201-02-aot", jaxrepl_kernelspec)
+
+
+@pytest.fixture(scope="module")
+def executed_cf(jaxrepl_kernelspec):
+    return run_notebook("201-03-control-flow", jaxrepl_kernelspec)
+
+
+@pytest.fixture(scope="module", params=NOTEBOOKS)
+def any_executed(request, jaxrepl_kernelspec):
+    return run_notebook(request.param, jaxrepl_kernelspec)
 
 
 def outputs_text(cell):
@@ -63,24 +94,26 @@ def all_text(nb):
     return "\n".join(outputs_text(c) for c in nb.cells if c.cell_type == "code")
 
 
-def test_notebook_names_the_jaxrepl_kernel():
-    if not os.path.isfile(NOTEBOOK):
-        pytest.fail("%s does not exist" % os.path.relpath(NOTEBOOK, ROOT))
-    with open(NOTEBOOK) as f:
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_names_the_jaxrepl_kernel(name):
+    path = notebook_path(name)
+    if not os.path.isfile(path):
+        pytest.fail("%s does not exist" % os.path.relpath(path, ROOT))
+    with open(path) as f:
         meta = json.load(f).get("metadata", {})
     assert meta.get("kernelspec", {}).get("name") == KERNEL, meta
     assert meta.get("kernelspec", {}).get("language") == "rust", meta
 
 
-def test_every_code_cell_ran(executed):
-    code = [c for c in executed.cells if c.cell_type == "code" and c.source.strip()]
+def test_every_code_cell_ran(any_executed):
+    code = [c for c in any_executed.cells if c.cell_type == "code" and c.source.strip()]
     assert code, "the notebook has no code cells"
     missing = [i for i, c in enumerate(code) if c.get("execution_count") is None]
     assert not missing, "code cells (0-based among code cells) without an execution count: %s" % missing
 
 
-def test_only_tagged_cells_raise(executed):
-    for i, cell in enumerate(executed.cells):
+def test_only_tagged_cells_raise(any_executed):
+    for i, cell in enumerate(any_executed.cells):
         if cell.cell_type != "code":
             continue
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -115,7 +148,7 @@ def cell_with(nb, needle):
     for cell in nb.cells:
         if cell.cell_type == "code" and needle in cell.source:
             return cell
-    pytest.fail("no code cell containing %r in %s" % (needle, os.path.relpath(NOTEBOOK, ROOT)))
+    pytest.fail("no code cell containing %r" % needle)
 
 
 # jax 0.10.2: print(jax.make_jaxpr(lambda x: jnp.sin(x) * 2.0 + 1.0)(jnp.arange(8.0)))
@@ -142,3 +175,134 @@ def test_cache_miss_names_the_type_change(executed):
     # double: called with i32[3], then f32[3]; JAX says "now f32[3] and before i32[3]".
     text = all_text(executed)
     assert "f32[3]" in text and "i32[3]" in text, text[:3000]
+
+
+# ---- 201-02 aot ----------------------------------------------------------------------
+
+# jax 0.10.2: print(jax.jit(lambda x, y: 2 * x + y).trace(3, 4).jaxpr)
+JAXPR_AOT = """{ lambda ; a:i32[] b:i32[]. let
+    c:i32[] = mul 2:i32[] a
+    d:i32[] = add c b
+  in (d,) }"""
+
+
+def test_aot_jaxpr_matches_jax(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "let traced = f.trace((3, 4))?"))
+    assert JAXPR_AOT in text, "expected JAX's text:\n%s\ngot:\n%s" % (JAXPR_AOT, text)
+
+
+def test_aot_lowered_module_and_result(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "let lowered = traced.lower()?"))
+    assert "module @jit_" in text and "func.func public @main(" in text, text
+    text = outputs_text(cell_with(executed_aot, "let compiled = lowered.compile()?"))
+    # jax: {'flops': 2.0, ... 'bytes accessed': 12.0}; compiled(3, 4) -> 10 (weak int32)
+    assert "'flops': 2.0" in text and "'bytes accessed': 12.0" in text, text
+    assert "-1" not in text, text
+    assert re.search(r"Array\(10, dtype=int32, weak_type=True\)", text), text
+
+
+def test_aot_memory_analysis(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "let stats = compiled.memory_analysis()"))
+    assert "(8, 4, 0)" in text, text
+
+
+def test_aot_cost_of_matmul_and_transcendentals(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "let mm = jit("))
+    assert "'flops': 4194304.0" in text and "'bytes accessed': 229376.0" in text, text
+    assert "'flops': 10.0, 'transcendentals': 5.0, 'bytes accessed': 40.0" in text, text
+
+
+def test_aot_asm_has_x86_instructions(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "as_text_stage(Stage::Asm)"))
+    assert re.search(r"^\s+(mov|lea|add|imul|ret|push|pop|vmov)\w*\s", text, re.M), text
+
+
+def test_aot_llvm_stage_magic(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "%compile --stage llvm"))
+    assert "define void @jaxrepl_entry" in text, text
+
+
+def test_aot_diff_passes_names_passes(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "%diff-passes"))
+    assert "// -----// IR Dump After one-shot-bufferize" in text, text[:3000]
+    assert re.search(r"^\+.*memref", text, re.M), text[:3000]
+    assert "passes changed the module" in text, text[-2000:]
+
+
+def test_aot_compile_options(executed_aot):
+    text = outputs_text(cell_with(executed_aot, 'compile_with(&[("opt_level", "0")])'))
+    assert text.startswith("(0, ") and "Array(10, dtype=int32" in text, text
+    text = outputs_text(cell_with(executed_aot, '"unroll_everything"'))
+    assert "No such compile option: 'unroll_everything'" in text, text
+
+
+def test_aot_static_argument_folded(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "static_argnums(&[0])"))
+    assert "arith.constant dense<7> : tensor<i32>" in text and "%arg1" not in text, text
+    assert re.search(r"Array\(19, dtype=int32", text), text
+
+
+def test_aot_mismatched_call_and_transformation_errors(executed_aot):
+    text = outputs_text(cell_with(executed_aot, "compiled.call((Array::from_slice"))
+    assert "TypeError: Argument types differ from the types for which this computation was compiled." in text, text
+    assert "compiled with int32[] and called with int32[3]" in text, text
+    text = outputs_text(cell_with(executed_aot, "g_aot.call(&z))"))
+    assert "Cannot apply JAX transformations to a function lowered and compiled for a particular signature." in text, text
+    text = outputs_text(cell_with(executed_aot, "vmap(|z: Array| g.call(&z))"))
+    assert "[19., 21., 23.]" in text, text  # g(x) = 2x + 1 on rows of arange(12)
+
+
+# ---- 201-03 control flow -------------------------------------------------------------
+
+# jax 0.11.1: jax.make_jaxpr(lambda x: lax.while_loop(lambda x: x < 10, lambda x: x + 1, x))(0)
+JAXPR_WHILE = """{ lambda ; a:i32[]. let
+    b:i32[] = while[
+      body_jaxpr={ lambda ; c:i32[]. let d:i32[] = add c 1:i32[] in (d,) }
+      body_nconsts=0
+      cond_jaxpr={ lambda ; e:i32[]. let f:bool[] = lt e 10:i32[] in (f,) }
+      cond_nconsts=0
+    ] a
+  in (b,) }"""
+
+
+def test_cf_unrolled_python_loops(executed_cf):
+    assert re.search(r"Array\(24, dtype=int32", outputs_text(cell_with(executed_cf, "f.call(3)"))), \
+        outputs_text(cell_with(executed_cf, "f.call(3)"))
+    text = outputs_text(cell_with(executed_cf, "make_jaxpr(|x: Array| { let mut y = x; for _ in 0..3"))
+    assert text.count("= mul 2:i32[]") == 3, text
+    assert "Array(6., dtype=float32)" in outputs_text(cell_with(executed_cf, "let sum = jit(")), \
+        outputs_text(cell_with(executed_cf, "let sum = jit("))
+
+
+def test_cf_bool_conversion_error(executed_cf):
+    text = outputs_text(cell_with(executed_cf, "let bad = jit("))
+    assert "TracerBoolConversionError" in text, text
+
+
+def test_cf_cond_and_switch(executed_cf):
+    text = outputs_text(cell_with(executed_cf, "(lax::cond(&Array::scalar(true)"))
+    assert "[1.]" in text and "[-1.]" in text, text
+    text = outputs_text(cell_with(executed_cf, "make_jaxpr(|(p, x): (Array, Array)| lax::cond"))
+    assert "cond[" in text and "branches=(" in text and "convert_element_type[new_dtype=int32 weak_type=False]" in text, text
+    assert "Array(-2., dtype=float32)" in outputs_text(cell_with(executed_cf, "lax::switch(")), \
+        outputs_text(cell_with(executed_cf, "lax::switch("))
+
+
+def test_cf_loops(executed_cf):
+    assert "Array(10, dtype=int32, weak_type=True)" in outputs_text(
+        cell_with(executed_cf, "lax::while_loop(|x: Array| x.lt(10), |x: Array| x + 1, Array::weak_scalar"))
+    text = outputs_text(cell_with(executed_cf, "make_jaxpr(|x: Array| lax::while_loop"))
+    assert JAXPR_WHILE in text, "expected JAX's text:\n%s\ngot:\n%s" % (JAXPR_WHILE, text)
+    assert "Array(45, dtype=int32, weak_type=True)" in outputs_text(
+        cell_with(executed_cf, "lax::fori_loop(0, 10, |(i, x): (Array, Array)| x + i, Array::weak_scalar"))
+    text = outputs_text(cell_with(executed_cf, "make_jaxpr(|x: Array| lax::fori_loop(0, 10"))
+    assert "scan[" in text and "length=10" in text, text
+    text = outputs_text(cell_with(executed_cf, "let (total, cum) = lax::scan("))
+    assert "10.0" in text and "[ 1.  3.  6. 10.]" in text, text
+
+
+def test_cf_unrolling_vs_loop_cost(executed_cf):
+    text = outputs_text(cell_with(executed_cf, "let unrolled = make_jaxpr("))
+    unrolled = int(re.search(r"unrolled: (\d+) equations", text).group(1))
+    looped = int(re.search(r"fori_loop: (\d+) equations", text).group(1))
+    assert unrolled >= 200 and looped <= 3, text

@@ -96,7 +96,7 @@ fn body_cost(j: &Jaxpr) -> CostAnalysis {
 /// Memory use of a compiled computation, in bytes (JAX's `CompiledMemoryStats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryAnalysis {
-    /// Native code size; 0 (not measured, like JAX's CPU backend reports).
+    /// Native code size (`.text` bytes); filled in by `Compiled::memory_analysis` (0 here).
     pub generated_code_size_in_bytes: u64,
     /// Bytes of all entry arguments (large-constant parameters included).
     pub argument_size_in_bytes: u64,
@@ -104,7 +104,8 @@ pub struct MemoryAnalysis {
     pub output_size_in_bytes: u64,
     /// Bytes shared between arguments and results; 0 until execution honours donation.
     pub alias_size_in_bytes: u64,
-    /// Scratch bytes beyond arguments and results; 0 (not measured yet).
+    /// Scratch bytes beyond arguments and results; filled in by `Compiled::memory_analysis`
+    /// from the optimized module's allocations (0 here).
     pub temp_size_in_bytes: u64,
 }
 

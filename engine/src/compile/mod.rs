@@ -21,6 +21,7 @@
 
 mod analysis;
 mod gemm;
+mod inspect;
 mod memcpy;
 pub(crate) mod callbacks;
 pub mod context;
@@ -32,6 +33,7 @@ mod tests_ops;
 mod tests_approx;
 
 pub use analysis::{cost_analysis, memory_analysis, CostAnalysis, MemoryAnalysis};
+pub use inspect::{diff_passes, split_pipeline, temp_bytes, PassDiff, PassDiffs};
 
 use crate::error::Error;
 use crate::ir::ShapedArray;

@@ -8,7 +8,7 @@ pub mod pipeline;
 pub mod stages;
 
 pub use jit::{eval_shape, jit, make_jaxpr, Jitted};
-pub use stages::{Compiled, Lowered, Traced};
+pub use stages::{parse_compiler_options, Compiled, Lowered, Stage, Traced};
 pub mod ad;
 pub mod ad_rules;
 pub mod ad_rules_ops;

@@ -4,7 +4,7 @@
 
 use super::jit::{run_donating, CacheEntry, Jitted, Signature};
 use super::pipeline::{self, ExecutableRef, StageOptions};
-use crate::compile::{cost_analysis, memory_analysis, CostAnalysis, MemoryAnalysis};
+use crate::compile::{cost_analysis, memory_analysis, CostAnalysis, MemoryAnalysis, PassDiffs};
 use crate::error::{Error, Result};
 use crate::ir::{ClosedJaxpr, ShapeDtypeStruct, ShapedArray};
 use crate::lower::LoweredModule;
@@ -58,6 +58,76 @@ impl<A: Pytree, R: Pytree> Traced<A, R> {
     }
 }
 
+/// A stage of the compile pipeline whose text `Compiled::as_text_stage` shows
+/// (beyond JAX, which shows only HLO before and after XLA's passes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// The closed jaxpr (`Traced.jaxpr`).
+    Jaxpr,
+    /// The lowered MLIR module at tensor level (`Lowered.as_text()`).
+    Lowered,
+    /// The module after bufferization and conversion to loops (`Compiled.as_text()`).
+    Optimized,
+    /// LLVM IR, as translated from the LLVM dialect (before LLVM's optimisation passes).
+    Llvm,
+    /// Native assembly for the host CPU after LLVM's `default<On>` pipeline.
+    Asm,
+}
+
+impl Stage {
+    /// Every stage, in pipeline order.
+    pub const ALL: [Stage; 5] = [Stage::Jaxpr, Stage::Lowered, Stage::Optimized, Stage::Llvm, Stage::Asm];
+    /// The stage's name as `%compile --stage` takes it: `jaxpr`, `lowered`, `opt`, `llvm`, `asm`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Jaxpr => "jaxpr",
+            Stage::Lowered => "lowered",
+            Stage::Optimized => "opt",
+            Stage::Llvm => "llvm",
+            Stage::Asm => "asm",
+        }
+    }
+}
+
+impl std::str::FromStr for Stage {
+    type Err = Error;
+    /// Parses a stage name (`optimized` and `mlir` are accepted for `opt` and `lowered`).
+    /// Errors: `ValueError: Unknown stage 'x'; the stages are: jaxpr, lowered, opt, llvm, asm`.
+    fn from_str(s: &str) -> Result<Stage> {
+        match s {
+            "jaxpr" => Ok(Stage::Jaxpr),
+            "lowered" | "mlir" => Ok(Stage::Lowered),
+            "opt" | "optimized" => Ok(Stage::Optimized),
+            "llvm" => Ok(Stage::Llvm),
+            "asm" => Ok(Stage::Asm),
+            _ => Err(Error::value_error(format!(
+                "Unknown stage '{s}'; the stages are: {}",
+                Stage::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+}
+
+/// Parses `compile` options (JAX's `compiler_options`): only `opt_level` (LLVM's
+/// optimisation level, an integer 0–3; default 2) is known.
+/// Errors: `ValueError` `No such compile option: 'name'` (XLA's text) for any other key,
+/// `ValueError` for an `opt_level` that is not an integer in 0..=3.
+pub fn parse_compiler_options(options: &[(&str, &str)]) -> Result<u8> {
+    let mut opt_level = 2u8;
+    for (k, v) in options {
+        match *k {
+            "opt_level" => {
+                opt_level = match v.trim().parse::<u8>() {
+                    Ok(n) if n <= 3 => n,
+                    _ => return Err(Error::value_error(format!("opt_level must be an integer from 0 to 3, got '{v}'"))),
+                }
+            }
+            _ => return Err(Error::value_error(format!("No such compile option: '{k}'"))),
+        }
+    }
+    Ok(opt_level)
+}
+
 /// A lowered function: an MLIR module in upstream dialects at tensor level.
 pub struct Lowered<A, R> {
     f: Jitted<A, R>,
@@ -75,6 +145,29 @@ impl<A: Pytree, R: Pytree> Lowered<A, R> {
     pub fn compile(&self) -> Result<Compiled<A, R>> {
         self.f.compile_entry(&self.entry)
     }
+    /// Compiles with options (JAX's `lowered.compile(compiler_options={...})`), e.g.
+    /// `compile_with(&[("opt_level", "3")])`. Each level is a separate entry of the
+    /// executable cache. Errors: see `parse_compiler_options`; compile failures.
+    pub fn compile_with(&self, options: &[(&str, &str)]) -> Result<Compiled<A, R>> {
+        let opt_level = parse_compiler_options(options)?;
+        let opts = StageOptions { donated: self.entry.donated.clone(), opt_level: Some(opt_level) };
+        let (exe, _) = pipeline::compile_lowered(&self.module, &opts)?;
+        Ok(Compiled::new(
+            self.module.clone(),
+            exe,
+            self.entry.jaxpr.clone(),
+            self.entry.out_statics.clone(),
+            self.entry.out_tree.clone(),
+            self.entry.donated.clone(),
+            self.f.static_argnums_list().to_vec(),
+        )
+        .with_opt_level(opt_level))
+    }
+    /// Runs the compile pipelines pass by pass and diffs the module around each pass
+    /// (`%diff-passes`). Errors: a pass fails.
+    pub fn diff_passes(&self) -> Result<PassDiffs> {
+        crate::compile::diff_passes(&self.module)
+    }
 }
 
 /// A compiled function for one signature (`Lowered.compile()`).
@@ -86,6 +179,7 @@ pub struct Compiled<A, R> {
     out_tree: TreeDef,
     donated: Vec<bool>,
     static_argnums: Vec<usize>,
+    opt_level: u8,
     _p: std::marker::PhantomData<fn(A) -> R>,
 }
 
@@ -99,7 +193,32 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
         donated: Vec<bool>,
         static_argnums: Vec<usize>,
     ) -> Self {
-        Compiled { module, exe, jaxpr, out_statics, out_tree, donated, static_argnums, _p: std::marker::PhantomData }
+        Compiled { module, exe, jaxpr, out_statics, out_tree, donated, static_argnums, opt_level: 2, _p: std::marker::PhantomData }
+    }
+    /// Records the LLVM optimisation level the executable was compiled at (default 2).
+    pub(crate) fn with_opt_level(mut self, opt_level: u8) -> Self {
+        self.opt_level = opt_level;
+        self
+    }
+    /// The LLVM optimisation level this executable was compiled at (0–3).
+    pub fn opt_level(&self) -> u8 {
+        self.opt_level
+    }
+    /// The text of one stage of this compile (see `Stage`); `Stage::Asm` is the host's
+    /// assembly at this executable's optimisation level.
+    /// Errors (`Compile`): translation to LLVM IR or code generation failed.
+    pub fn as_text_stage(&self, stage: Stage) -> Result<String> {
+        match stage {
+            Stage::Jaxpr => Ok(self.jaxpr.to_string()),
+            Stage::Lowered => Ok(self.module.text.clone()),
+            Stage::Optimized => Ok(self.as_text()),
+            Stage::Llvm => self.llvm_ir(),
+            Stage::Asm => self.exe.assembly(self.opt_level),
+        }
+    }
+    /// Native assembly of the compiled code (`as_text_stage(Stage::Asm)`).
+    pub fn asm(&self) -> Result<String> {
+        self.as_text_stage(Stage::Asm)
     }
     /// The optimized module (after bufferization and loop lowering).
     pub fn as_text(&self) -> String {
@@ -113,9 +232,16 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     pub fn cost_analysis(&self) -> CostAnalysis {
         cost_analysis(&self.jaxpr.jaxpr)
     }
-    /// Argument, output and temporary sizes in bytes.
+    /// Argument, output, temporary and generated-code sizes in bytes (JAX's
+    /// `CompiledMemoryStats`): arguments and outputs from the signature, temporaries as
+    /// the statically sized buffers the optimized module allocates (`compile::temp_bytes`),
+    /// generated code as the `.text` bytes LLVM emits for the host at this executable's
+    /// optimisation level (0 if code generation for the measurement fails).
     pub fn memory_analysis(&self) -> MemoryAnalysis {
-        memory_analysis(&self.module)
+        let mut m = memory_analysis(&self.module);
+        m.temp_size_in_bytes = crate::compile::temp_bytes(self.exe.optimized_ir());
+        m.generated_code_size_in_bytes = self.exe.code_size(self.opt_level).unwrap_or(0);
+        m
     }
     /// The argument types this executable was compiled for.
     pub fn in_avals(&self) -> Vec<ShapedArray> {

@@ -13,6 +13,9 @@ pub enum MagicArg {
     Call,
     /// `%name`: no argument allowed.
     None,
+    /// `%name [--stage NAME] CALL`: as `Call`; with `--stage NAME` the engine function
+    /// `<function>_stage("NAME", || CALL)` is called instead (the engine checks the name).
+    StageCall,
 }
 
 /// One known magic.
@@ -32,7 +35,8 @@ pub struct MagicSpec {
 pub const MAGICS: &[MagicSpec] = &[
     MagicSpec { name: "jaxpr", function: "jaxpr", arg: MagicArg::Call, summary: "show the jaxpr that CALL traces to" },
     MagicSpec { name: "lower", function: "lower", arg: MagicArg::Call, summary: "show the MLIR module CALL lowers to" },
-    MagicSpec { name: "compile", function: "compile", arg: MagicArg::Call, summary: "show the optimized IR of CALL's compiled executable" },
+    MagicSpec { name: "compile", function: "compile", arg: MagicArg::StageCall, summary: "show the optimized IR of CALL's compiled executable (--stage jaxpr|lowered|opt|llvm|asm)" },
+    MagicSpec { name: "diff-passes", function: "diff_passes", arg: MagicArg::Call, summary: "show the IR diff of each compile pass that changed CALL's module" },
     MagicSpec { name: "cost", function: "cost", arg: MagicArg::Call, summary: "show the cost analysis (flops, bytes accessed) of CALL" },
     MagicSpec { name: "time", function: "time", arg: MagicArg::Call, summary: "run CALL once and print its wall time" },
     MagicSpec { name: "timeit", function: "timeit", arg: MagicArg::Call, summary: "run CALL many times; print mean ± std per run" },
@@ -66,6 +70,7 @@ pub fn help_text() -> String {
     for m in MAGICS {
         let usage = match m.arg {
             MagicArg::Call => format!("%{} CALL", m.name),
+            MagicArg::StageCall => format!("%{} [--stage S] CALL", m.name),
             MagicArg::None => format!("%{}", m.name),
         };
         text.push_str(&format!("  {usage:<16} {}\n", m.summary));
@@ -103,7 +108,7 @@ pub fn rewrite(cell: &str) -> Rewrite {
     };
     let after_pct = after_pct.strip_prefix('%').unwrap_or(after_pct);
     let name_len = after_pct
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
         .unwrap_or(after_pct.len());
     let name = &after_pct[..name_len];
     let arg = &after_pct[name_len..];
@@ -127,7 +132,23 @@ pub fn rewrite(cell: &str) -> Rewrite {
             }
             Rewrite::Code(format!("{prefix}jax::magic::{}()", spec.function))
         }
-        MagicArg::Call => {
+        MagicArg::Call | MagicArg::StageCall => {
+            // `--stage NAME` (same line) selects `<function>_stage("NAME", ..)`.
+            let (function, arg) = match arg.trim_start_matches([' ', '\t']).strip_prefix("--stage") {
+                Some(rest) if spec.arg == MagicArg::StageCall => {
+                    let rest = rest.trim_start_matches([' ', '\t', '=']);
+                    let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
+                    let stage = &rest[..end];
+                    if stage.is_empty() || !stage.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                        return Rewrite::Error(format!(
+                            "%{} --stage needs a stage name (jaxpr, lowered, opt, llvm, asm), e.g. `%{} --stage asm f.call(&x)`",
+                            spec.name, spec.name
+                        ));
+                    }
+                    (format!("{}_stage(\"{stage}\", ", spec.function), &rest[end..])
+                }
+                _ => (format!("{}(", spec.function), arg),
+            };
             // The argument keeps its own lines; a trailing `;` would make it a statement.
             let body = arg.trim_end();
             let body = body.strip_suffix(';').unwrap_or(body).trim_end();
@@ -138,10 +159,7 @@ pub fn rewrite(cell: &str) -> Rewrite {
                 ));
             }
             let body = body.strip_prefix([' ', '\t']).unwrap_or(body);
-            Rewrite::Code(format!(
-                "{prefix}jax::magic::{}(|| {body})",
-                spec.function
-            ))
+            Rewrite::Code(format!("{prefix}jax::magic::{function}|| {body})"))
         }
     }
 }
@@ -165,6 +183,17 @@ mod tests {
         assert_eq!(code("%cost f.call(&x)"), "jax::magic::cost(|| f.call(&x))");
         assert_eq!(code("%time f.call(&x)"), "jax::magic::time(|| f.call(&x))");
         assert_eq!(code("%timeit   f.call(&x)  "), "jax::magic::timeit(||   f.call(&x))");
+    }
+
+    #[test]
+    fn compile_stage_and_diff_passes() {
+        assert_eq!(code("%compile --stage asm f.call(&x)"), "jax::magic::compile_stage(\"asm\", || f.call(&x))");
+        assert_eq!(code("%compile --stage=llvm f.call(&x);"), "jax::magic::compile_stage(\"llvm\", || f.call(&x))");
+        assert_eq!(code("%diff-passes f.call(&x)"), "jax::magic::diff_passes(|| f.call(&x))");
+        let Rewrite::Error(e) = rewrite("%compile --stage") else { panic!() };
+        assert!(e.starts_with("%compile --stage needs a stage name"), "{e}");
+        let Rewrite::Error(e) = rewrite("%compile --stage asm") else { panic!() };
+        assert_eq!(e, "%compile needs an expression to run, e.g. `%compile f.call(&x)`");
     }
 
     #[test]
@@ -193,7 +222,7 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%jaxprr f.call(&x)") else { panic!() };
         assert_eq!(
             e,
-            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %cost, %time, %timeit, %explain, %help"
+            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %explain, %help"
         );
         let Rewrite::Error(e) = rewrite("%time") else { panic!() };
         assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)`");
