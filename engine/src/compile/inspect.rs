@@ -326,7 +326,7 @@ pub fn split_pipeline(pipeline: &str) -> Vec<String> {
 /// order, as `compile`) and diffs the module text around each.
 /// Errors (`Compile`): the module does not parse or a pass fails (with MLIR's diagnostics).
 pub fn diff_passes(module: &LoweredModule) -> Result<PassDiffs, Error> {
-    let src = super::with_entry(module)?;
+    let src = super::with_entry(module, &super::parse_aliases(module))?;
     let guard = context();
     let ctx = &guard.ctx;
     let diags = Diagnostics::capture(ctx);

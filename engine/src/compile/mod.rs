@@ -86,6 +86,8 @@ type PackedFn = unsafe extern "C" fn(*mut *mut c_void);
 
 /// A compiled computation: owns its ExecutionEngine and the looked-up entry.
 pub struct Executable {
+    /// Owns the compiled code `entry` points into; only ever dropped (after every call).
+    #[allow(dead_code)]
     engine: Engine,
     entry: PackedFn,
     in_avals: Vec<ShapedArray>,
