@@ -498,11 +498,13 @@ impl<T: Clone + Debug + Hash + Eq + Send + Sync + 'static> Pytree for Static<T> 
 /// Plain Rust values in a function's argument types are static, as if listed in JAX's
 /// `static_argnums`: the function sees the concrete value (`if n > 3 { .. }` works), the
 /// value is part of the structure and of the jit cache key (a new value retraces).
+/// `$value` makes the `StaticValue` of `self` (floats hash by their bits).
 macro_rules! static_pytree {
-    ($($t:ty),+) => {$(
+    ($value:expr; $($t:ty),+) => {$(
         impl Pytree for $t {
             fn flatten(&self, flat: &mut Flat) {
-                let v = StaticValue::new(self);
+                let value: fn(&$t) -> StaticValue = $value;
+                let v = value(self);
                 flat.statics.push(v.clone());
                 flat.treedef = TreeDef::Static(v);
             }
@@ -525,36 +527,8 @@ macro_rules! static_pytree {
         }
     )+};
 }
-static_pytree!(usize, u8, u16, u32, u64, i8, i16, i32, i64, bool, char, String, &'static str);
-
-macro_rules! static_float_pytree {
-    ($($t:ty),+) => {$(
-        impl Pytree for $t {
-            fn flatten(&self, flat: &mut Flat) {
-                let v = StaticValue::float(self, self.to_bits() as u64);
-                flat.statics.push(v.clone());
-                flat.treedef = TreeDef::Static(v);
-            }
-            fn unflatten(def: &TreeDef, _: &mut dyn Iterator<Item = Array>) -> Result<Self> {
-                match def {
-                    TreeDef::Static(v) => v.get::<$t>(),
-                    d => Err(structure_mismatch(d, stringify!($t))),
-                }
-            }
-        }
-        impl Args<$t> for $t {
-            fn flatten_args(self, flat: &mut Flat) {
-                self.flatten(flat)
-            }
-        }
-        impl Args<$t> for &$t {
-            fn flatten_args(self, flat: &mut Flat) {
-                self.flatten(flat)
-            }
-        }
-    )+};
-}
-static_float_pytree!(f32, f64);
+static_pytree!(|x| StaticValue::new(x); usize, u8, u16, u32, u64, i8, i16, i32, i64, bool, char, String, &'static str);
+static_pytree!(|x| StaticValue::float(x, x.to_bits() as u64); f32, f64);
 
 impl<T: Pytree> Pytree for Vec<T> {
     fn flatten(&self, flat: &mut Flat) {
