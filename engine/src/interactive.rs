@@ -11,11 +11,22 @@ use std::io::Write;
 /// Text shown for a value in a cell (`text/plain`).
 pub trait TextRepr {
     fn text_repr(&self) -> String;
+    /// The error to show instead of the value (a cell whose value is an array whose
+    /// computation failed is an error cell, as the failure is raised in JAX).
+    fn failure(&self) -> Option<Error> {
+        None
+    }
 }
 
 impl TextRepr for Array {
     fn text_repr(&self) -> String {
         format!("{self:?}")
+    }
+    fn failure(&self) -> Option<Error> {
+        if self.is_tracer() {
+            return None;
+        }
+        self.block_until_ready().err()
     }
 }
 impl TextRepr for ClosedJaxpr {
@@ -155,6 +166,9 @@ pub fn display_error(e: &Error) {
 
 impl<T: TextRepr> EvcxrDisplay for T {
     fn evcxr_display(&self) {
+        if let Some(e) = self.failure() {
+            return display_error(&e);
+        }
         let t = self.text_repr();
         if !t.is_empty() {
             emit("text/plain", &t);

@@ -8,6 +8,7 @@ pub use crate::ir::{ClosedJaxpr, DType, RematPolicy, ShapeDtypeStruct, ShapedArr
 pub use crate::lax;
 pub use crate::magic::{block_until_ready, effects_barrier, BlockUntilReady};
 pub use crate::nn;
+pub use crate::random;
 pub use crate::numpy as jnp;
 pub use crate::numpy::indexing::{ELLIPSIS, NEW_AXIS};
 pub use crate::s;
@@ -16,7 +17,7 @@ pub use crate::tree::{self, Pytree, TreeDef};
 pub use crate::trace::Array;
 pub use crate::transform::{
     checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, linearize, make_jaxpr,
-    stop_gradient, value_and_grad, value_and_grad_with_aux, vjp, vmap,
+    grad_argnums, stop_gradient, value_and_grad, value_and_grad_argnums, value_and_grad_with_aux, vjp, vmap,
     vmap_axes, Compiled,
     Jitted, Linearized, Lowered, Stage, Traced,
 };

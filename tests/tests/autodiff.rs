@@ -205,3 +205,41 @@ fn host_mlp_sgd(xs: &[f64], ys: &[f64], mut w: [Vec<f64>; 3], lr: f64, steps: us
     }
     losses
 }
+
+#[test]
+fn grad_argnums_differentiates_only_the_chosen_positions() {
+    x64();
+    // f(x, w, n) = sum(sin(x) * w) * n, with n an integer array (a constant of the trace).
+    let f = |(x, w, n): (Array, Array, Array)| (x.sin() * &w).sum() * n.astype(DType::F64);
+    let x = Array::from_slice(&[0.5f64, -1.0, 2.0]);
+    let w = Array::from_slice(&[1.5f64, 0.25, -2.0]);
+    let n = Array::scalar(3i32);
+    let (xs, ws) = (f64s(&x), f64s(&w));
+    let (v, (gx, gw, gn)) = value_and_grad_argnums(f, &[0])((x.clone(), w.clone(), n.clone())).unwrap();
+    let want_v: f64 = xs.iter().zip(&ws).map(|(a, b)| a.sin() * b).sum::<f64>() * 3.0;
+    assert_close(&f64s(&v), &[want_v], 1e-12, "value");
+    let fx = |xa: &Array| f64s(&f((xa.clone(), w.clone(), n.clone())))[0];
+    assert_close(&f64s(&gx), &fd(&fx, &xs), 1e-6, "d/dx against finite differences");
+    // Positions outside argnums are zeros of their own shapes and dtypes.
+    assert_eq!((f64s(&gw), gn.dtype(), gn.to_vec::<i32>().unwrap()), (vec![0.0; 3], DType::I32, vec![0]));
+    let (gx2, gw2, _) = grad_argnums(f, &[0, 1])((x.clone(), w.clone(), n.clone())).unwrap();
+    assert_close(&f64s(&gx2), &f64s(&gx), 1e-12, "same d/dx");
+    let fw = |wa: &Array| f64s(&f((x.clone(), wa.clone(), n.clone())))[0];
+    assert_close(&f64s(&gw2), &fd(&fw, &ws), 1e-6, "d/dw against finite differences");
+    // Under jit, and a position past the end is a ValueError.
+    let jg = jit(move |(x, w, n): (Array, Array, Array)| grad_argnums(f, &[1])((x, w, n)));
+    let (_, gw3, _) = jg.call((&x, &w, &n)).unwrap();
+    assert_close(&f64s(&gw3), &f64s(&gw2), 1e-12, "jit(grad_argnums)");
+    let e = grad_argnums(f, &[3])((x, w, n)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Value);
+}
+
+#[test]
+fn small_int_sums_accumulate_as_jax_does() {
+    // jax 0.10.2: jnp.ones(3, int8).sum().dtype == int32 (x64 on: int64); uint8 -> uint32.
+    x64();
+    let s = jnp::ones(&[3], DType::I8).sum();
+    assert_eq!((s.dtype(), s.to_vec::<i64>().unwrap()), (DType::I64, vec![3]));
+    let s = jnp::ones(&[300], DType::U8).sum();
+    assert_eq!((s.dtype(), s.to_vec::<u32>().unwrap()), (DType::U32, vec![300]));
+}

@@ -23,6 +23,14 @@ fn donated_buffer_is_reused_and_the_argument_deleted() {
     // Passing the deleted array again is the same error.
     let e = f.call(&x).unwrap_err();
     assert_eq!(e.message, "Array has been deleted with shape=float32[2,3].");
+    // So is an eager op on it: the error is raised where the array is used.
+    let e = jnp::sum(&x, None).unwrap_err();
+    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Runtime, "Array has been deleted with shape=float32[2,3]."));
+    // Operators cannot return a Result: outside tracing they panic with the error (a
+    // session shows it as the cell's error, at the cell's line).
+    let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| &x + 1.0)).unwrap_err();
+    let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert_eq!(msg, "RuntimeError: Array has been deleted with shape=float32[2,3].");
     // The result is an ordinary array: donating it again chains in place.
     let z = f.call(&y).unwrap();
     assert_eq!(z.unsafe_buffer_pointer().unwrap(), ptr);

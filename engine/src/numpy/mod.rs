@@ -255,12 +255,11 @@ fn norm_axes(op: &str, axes: Option<&[isize]>, ndim: usize) -> Result<Vec<usize>
     }
 }
 
-/// `jnp.sum(x, axis)`; bools and small ints sum as int32.
+/// `jnp.sum(x, axis)`; bools and small ints sum as int32 (uint8 as uint32), as in JAX.
 #[track_caller]
 pub fn sum(x: &Array, axes: Option<&[isize]>) -> Result<Array> {
     let axes = norm_axes("sum", axes, x.ndim())?;
-    let x = if x.dtype() == DType::Bool { lax::convert_element_type(x, DType::I32)? } else { x.clone() };
-    lax::bind1(Primitive::ReduceSum { axes }, vec![Operand::Array(x)])
+    lax::bind1(Primitive::ReduceSum { axes }, vec![Operand::Array(reductions::small_int_to_i32(x)?)])
 }
 
 /// `jnp.max(x, axis)`.

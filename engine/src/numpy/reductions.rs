@@ -20,9 +20,13 @@ fn flat(x: &Array) -> Result<Array> {
     lax::reshape(x, &[x.size()])
 }
 
-fn small_int_to_i32(x: &Array) -> Result<Array> {
+/// The accumulation dtype of `jnp.sum`/`jnp.prod` (JAX 0.10.2): bools and signed ints
+/// narrower than the default int accumulate as the default int (int32, or int64 with
+/// x64), unsigned ones as uint32 (we have no uint64).
+pub(crate) fn small_int_to_i32(x: &Array) -> Result<Array> {
     match x.dtype() {
-        DType::Bool | DType::I8 | DType::I16 | DType::U8 => lax::convert_element_type(x, canonicalize_dtype(DType::I64)),
+        DType::Bool | DType::I8 | DType::I16 => lax::convert_element_type(x, canonicalize_dtype(DType::I64)),
+        DType::U8 => lax::convert_element_type(x, DType::U32),
         _ => Ok(x.clone()),
     }
 }

@@ -14,7 +14,8 @@ use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree}
 use crate::trace::{bind, Array, Operand};
 use std::panic::Location;
 
-fn leaves_of(flat: &Flat) -> Result<Vec<Array>> {
+/// The array leaves of `flat`. Errors (`TypeError`): a leaf is a `ShapeDtypeStruct` spec.
+pub(crate) fn leaves_of(flat: &Flat) -> Result<Vec<Array>> {
     flat.leaves
         .iter()
         .map(|l| match l {
@@ -222,7 +223,11 @@ pub fn vjp_jaxpr_known(
 }
 
 fn zero_like(a: &Array) -> Result<Array> {
-    let aval = a.aval();
+    zeros(&a.aval())
+}
+
+/// Zeros of `aval`'s shape and dtype (a staged `broadcast_in_dim` of a literal 0).
+pub(crate) fn zeros(aval: &ShapedArray) -> Result<Array> {
     lax::bind1(
         Primitive::BroadcastInDim { shape: aval.shape.clone(), broadcast_dimensions: vec![] },
         vec![Operand::Lit(Scalar::F64(0.0).cast(aval.dtype), ShapedArray::new(&[], aval.dtype))],
@@ -341,6 +346,57 @@ pub fn value_and_grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(
         let (v, _, grads) = value_and_grad_flat(&f, &flat, false)?;
         Ok((v.into_iter().next().expect("one output"), unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
     }
+}
+
+/// `jax.value_and_grad(f, argnums=...)`: differentiates only the positions `argnums` of
+/// the argument tuple (0 for a function of one non-tuple argument); the other positions
+/// are constants of the trace (so they may be integer arrays or anything else). The
+/// gradient keeps the argument's whole structure, because Rust's types fix it: the
+/// positions not in `argnums` hold zeros of their leaves' shapes and dtypes (JAX returns
+/// only the selected positions). Errors: as `value_and_grad`, and `ValueError` for a
+/// position past the end of the tuple.
+pub fn value_and_grad_argnums<'a, A: Pytree, O: TraceOutput<Out = Array>>(
+    f: impl Fn(A) -> O + 'a,
+    argnums: &[usize],
+) -> impl Fn(A) -> Result<(Array, A)> + 'a {
+    let argnums = argnums.to_vec();
+    move |a: A| {
+        let mut flat = Flat::default();
+        a.flatten(&mut flat);
+        let leaves = leaves_of(&flat)?;
+        let ranges = flat.treedef.arg_leaf_ranges();
+        let mut selected = vec![false; leaves.len()];
+        for &p in &argnums {
+            let r = ranges.get(p).ok_or_else(|| {
+                Error::value_error(format!(
+                    "jax.grad: argnums={argnums:?} refers to position {p}, but the function takes {} positional arguments",
+                    ranges.len()
+                ))
+            })?;
+            selected[r.clone()].iter_mut().for_each(|s| *s = true);
+        }
+        let (treedef, statics) = (flat.treedef.clone(), flat.statics.clone());
+        let g = |xs: Vec<Array>| -> Result<Array> {
+            let mut xs = xs.into_iter();
+            let all = leaves.iter().zip(&selected).map(|(l, &s)| if s { xs.next().expect("one per selected leaf") } else { l.clone() }).collect();
+            f(unflatten_like::<A>(&treedef, all, statics.clone())?).into_result()
+        };
+        let chosen: Vec<Array> = leaves.iter().zip(&selected).filter(|(_, s)| **s).map(|(l, _)| l.clone()).collect();
+        let (v, gs) = value_and_grad(g)(chosen)?;
+        let mut gs = gs.into_iter();
+        let all = leaves
+            .iter()
+            .zip(&selected)
+            .map(|(l, &s)| if s { Ok(gs.next().expect("one per selected leaf")) } else { zero_like(l) })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((v, unflatten_like::<A>(&flat.treedef, all, flat.statics)?))
+    }
+}
+
+/// `jax.grad(f, argnums=...)`: the gradient part of [`value_and_grad_argnums`].
+pub fn grad_argnums<'a, A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'a, argnums: &[usize]) -> impl Fn(A) -> Result<A> + 'a {
+    let vg = value_and_grad_argnums(f, argnums);
+    move |a: A| vg(a).map(|(_, g)| g)
 }
 
 /// `jax.value_and_grad(f, has_aux=True)`: `f` returns `(value, aux)`; the result is

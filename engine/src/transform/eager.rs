@@ -8,7 +8,7 @@
 //! primitive and avals for equality.
 
 use super::pipeline::{self, ExecutableRef};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Primitive, ShapedArray, Var};
 use crate::runtime::{dispatch, Buffer, DeviceArray};
 use crate::trace::{Array, Operand};
@@ -63,6 +63,10 @@ pub fn apply(prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedArray
             }
         })
         .collect();
+    // Using a donated (deleted) array is an error at the op that uses it, as in JAX.
+    if let Some(d) = inputs.iter().find(|d| d.is_deleted()) {
+        return Err(Error::runtime(format!("Array has been deleted with shape={}.", d.aval.long_strong())));
+    }
     if let Primitive::DebugCallback { callback, .. } = &prim {
         // Effects run in order with earlier work: wait for the operands, then call.
         let bufs = inputs.iter().map(|d| d.wait().map(|b| (*b).clone())).collect::<Result<Vec<_>>>()?;

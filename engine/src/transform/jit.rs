@@ -620,7 +620,7 @@ pub(crate) fn apply_static_argnums(argnums: &[usize], flat: &mut Flat) -> Result
             _ => {
                 let types: Vec<String> = flat.leaves[r].iter().map(|l| l.aval().short()).collect();
                 return Err(Error::value_error(format!(
-                    "Non-hashable static arguments are not supported. The argument at static_argnums position {p} holds Array leaves ({}),                      and an Array is not hashable. Pass a Rust value (usize, i32, f64, bool, String) or Static<T> there, or remove {p} from static_argnums.",
+                    "Non-hashable static arguments are not supported. The argument at static_argnums position {p} holds Array leaves ({}), and an Array is not hashable. Pass a Rust value (usize, i32, f64, bool, String) or Static<T> there, or remove {p} from static_argnums.",
                     types.join(", ")
                 )));
             }

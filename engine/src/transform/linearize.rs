@@ -17,12 +17,11 @@
 //! the primal outputs need no tangents. JAX splits such equations into a known and an
 //! unknown part (`pe.partial_eval_jaxpr_nounits`); we do not.
 
-use super::ad::jvp_jaxpr;
+use super::ad::{jvp_jaxpr, leaves_of, zeros};
 use super::interp::{atom_array, eval_jaxpr, operand, trace_to_jaxpr, Env};
 use super::jit::TraceOutput;
 use crate::error::{Error, Result};
-use crate::ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Primitive, Scalar, ShapedArray, Var};
-use crate::lax;
+use crate::ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Primitive, ShapedArray, Var};
 use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree, StaticValue, TreeDef};
 use crate::trace::{bind, Array, Operand};
 use std::collections::HashSet;
@@ -93,22 +92,7 @@ impl<A: Pytree, Out: Pytree> Linearized<A, Out> {
     }
 }
 
-fn leaves_of(flat: &Flat) -> Result<Vec<Array>> {
-    flat.leaves
-        .iter()
-        .map(|l| match l {
-            ArgLeaf::Value(a) => Ok(a.clone()),
-            ArgLeaf::Spec(_) => Err(Error::type_error("linearize needs array values, not ShapeDtypeStruct specs")),
-        })
-        .collect()
-}
 
-fn zeros(aval: &ShapedArray) -> Result<Array> {
-    lax::bind1(
-        Primitive::BroadcastInDim { shape: aval.shape.clone(), broadcast_dimensions: vec![] },
-        vec![Operand::Lit(Scalar::F64(0.0).cast(aval.dtype), ShapedArray::new(&[], aval.dtype))],
-    )
-}
 
 /// What [`linearize`] returns: `f`'s outputs and the linear function.
 pub type LinearizeResult<A, Out> = Result<(Out, Linearized<A, Out>)>;

@@ -17,7 +17,7 @@ pub mod linearize;
 pub use linearize::{linearize, Linearized};
 
 pub use custom::{checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp};
-pub use ad::{grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, value_and_grad_with_aux, vjp};
+pub use ad::{grad, grad_argnums, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, value_and_grad_argnums, value_and_grad_with_aux, vjp};
 pub mod batching;
 pub mod batching_ops;
 pub use batching::{vmap, vmap_axes};
