@@ -97,6 +97,14 @@ mlir_c_is_current() {
     [ -z "$(find "$LLVM_PREFIX/lib" -maxdepth 1 -name 'libMLIRCAPI*.a' -newer "$MLIR_C_LIB" -print -quit)" ]
 }
 
+# Whether ld.so's cache lists libMLIR-C.so. (Not `ldconfig -p | grep -q`: under pipefail,
+# grep's early exit can kill ldconfig with SIGPIPE and fail the pipeline.)
+loader_knows_mlir_c() {
+    local cache
+    cache="$(ldconfig -p)"
+    grep -q 'libMLIR-C\.so ' <<<"$cache"
+}
+
 install_mlir_c() {
     if ! mlir_c_is_current; then
         say "building $MLIR_C_LIB from Debian's static MLIR C API archives"
@@ -114,10 +122,10 @@ install_mlir_c() {
         say "registering $LLVM_PREFIX/lib with the dynamic loader ($LDCONF)"
         echo "$LLVM_PREFIX/lib" | as_root tee "$LDCONF" >/dev/null
         as_root ldconfig
-    elif ! ldconfig -p | grep -q 'libMLIR-C\.so '; then
+    elif ! loader_knows_mlir_c; then
         as_root ldconfig
     fi
-    ldconfig -p | grep -q 'libMLIR-C\.so ' || die "libMLIR-C.so is not known to the dynamic loader after ldconfig"
+    loader_knows_mlir_c || die "libMLIR-C.so is not known to the dynamic loader after ldconfig"
 }
 
 # ---------------------------------------------------------------- 4./5. Python venvs
