@@ -37,16 +37,7 @@ fn ints(shape: &[usize], v: &[i32]) -> Array {
 }
 
 fn fd(f: &dyn Fn(Array) -> Array, x: &[f64]) -> Vec<f64> {
-    let h = 1e-6;
-    (0..x.len())
-        .map(|i| {
-            let mut a = x.to_vec();
-            let mut b = x.to_vec();
-            a[i] += h;
-            b[i] -= h;
-            (f(Array::from_slice(&a)).item::<f64>().unwrap() - f(Array::from_slice(&b)).item::<f64>().unwrap()) / (2.0 * h)
-        })
-        .collect()
+    jaxrepl_tests::central_differences(|v| f(Array::from_slice(v)).item::<f64>().unwrap(), x)
 }
 
 fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {

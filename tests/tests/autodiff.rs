@@ -15,16 +15,7 @@ fn f64s(a: &Array) -> Vec<f64> {
 
 /// Central differences of a scalar function of a vector.
 fn fd(f: &dyn Fn(&Array) -> f64, x: &[f64]) -> Vec<f64> {
-    let h = 1e-6;
-    (0..x.len())
-        .map(|i| {
-            let mut a = x.to_vec();
-            let mut b = x.to_vec();
-            a[i] += h;
-            b[i] -= h;
-            (f(&Array::from_slice(&a)) - f(&Array::from_slice(&b))) / (2.0 * h)
-        })
-        .collect()
+    jaxrepl_tests::central_differences(|v| f(&Array::from_slice(v)), x)
 }
 
 fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {

@@ -3,8 +3,7 @@
 use jax::prelude::*;
 
 fn fd(f: &dyn Fn(f64) -> f64, x: f64) -> f64 {
-    let h = 1e-6;
-    (f(x + h) - f(x - h)) / (2.0 * h)
+    jaxrepl_tests::central_differences(|v| f(v[0]), &[x])[0]
 }
 
 #[test]
