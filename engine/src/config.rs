@@ -44,6 +44,7 @@ flags! {
     ENABLE_X64, "jax_enable_x64", "JAX_ENABLE_X64", false, "Allow 64-bit dtypes; when off, f64/i64 values become f32/i32 as in JAX.";
     EXPLAIN_CACHE_MISSES, "jax_explain_cache_misses", "JAX_EXPLAIN_CACHE_MISSES", false, "Explain each tracing cache miss on stderr.";
     LOG_COMPILES, "jax_log_compiles", "JAX_LOG_COMPILES", false, "Log trace, lowering and compile times of each compilation on stderr.";
+    TIERED_COMPILATION, "jaxrepl_tiered_compilation", "JAXREPL_TIERED_COMPILATION", true, "Compile first calls quickly (LLVM O0) and the optimised code (O2) in the background from the second call on.";
 }
 
 /// Whether 64-bit dtypes are enabled (`jax_enable_x64`).
@@ -57,6 +58,10 @@ pub fn explain_cache_misses() -> bool {
 /// `jax_log_compiles`.
 pub fn log_compiles() -> bool {
     LOG_COMPILES.get()
+}
+/// `jaxrepl_tiered_compilation` (see `compile::compile_tiered`).
+pub fn tiered_compilation() -> bool {
+    TIERED_COMPILATION.get()
 }
 
 /// Sets flag `name` (e.g. `"jax_explain_cache_misses"`) to `value`.

@@ -9,6 +9,7 @@
 
 use crate::error::Error;
 use melior::dialect::DialectRegistry;
+use melior::ir::operation::OperationLike;
 use melior::ir::Module;
 use melior::pass::PassManager;
 use melior::utility::{parse_pass_pipeline, register_all_dialects, register_all_llvm_translations, register_all_passes};
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// `arith-expand{include-bf16}` runs first: it rewrites bf16 casts into integer ops before
 /// canonicalization can fold `truncf(uitofp x)` into a direct int→bf16 cast, which LLVM
 /// would lower to the `__truncsfbf2` libcall the JIT cannot resolve.
-pub const PIPELINE_TO_LOOPS: &str = "builtin.module(arith-expand{include-bf16=true},inline,symbol-dce,linalg-generalize-named-ops,linalg-fuse-elementwise-ops,\
+pub const PIPELINE_TO_LOOPS: &str = "builtin.module(arith-expand{include-bf16=true},inline{default-pipeline=},symbol-dce,linalg-generalize-named-ops,linalg-fuse-elementwise-ops,\
 eliminate-empty-tensors,one-shot-bufferize{allow-return-allocs-from-loops bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
 buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
 
@@ -42,12 +43,14 @@ unsafe impl Send for MlirContext {}
 
 impl MlirContext {
     fn new() -> MlirContext {
+        // Pass registration is process-global: once, whatever the number of contexts.
+        static PASSES: std::sync::Once = std::sync::Once::new();
+        PASSES.call_once(register_all_passes);
         let registry = DialectRegistry::new();
         register_all_dialects(&registry);
         let ctx = Context::new_with_registry(&registry, false);
         ctx.load_all_available_dialects();
         register_all_llvm_translations(&ctx);
-        register_all_passes();
         MlirContext { ctx }
     }
 }
@@ -56,6 +59,19 @@ impl MlirContext {
 pub fn context() -> MutexGuard<'static, MlirContext> {
     static CTX: OnceLock<Mutex<MlirContext>> = OnceLock::new();
     CTX.get_or_init(|| Mutex::new(MlirContext::new())).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Locks the background compiler's own MLIR context (tiered compilation's worker), so
+/// that optimised-tier compiles never hold the process context's lock. Created on first
+/// use, after the process context (the first compile is always a foreground one).
+pub fn background_context() -> MutexGuard<'static, MlirContext> {
+    static CTX: OnceLock<Mutex<MlirContext>> = OnceLock::new();
+    CTX.get_or_init(|| {
+        drop(context());
+        Mutex::new(MlirContext::new())
+    })
+    .lock()
+    .unwrap_or_else(|e| e.into_inner())
 }
 
 /// Collects the context's diagnostics while alive (and keeps them off stderr).
@@ -100,12 +116,30 @@ impl Drop for Diagnostics<'_> {
     }
 }
 
-/// Runs a textual pass pipeline on `module`; errors carry the diagnostics.
+/// Runs a textual pass pipeline on `module` and verifies the result once (not after every
+/// pass); errors carry the diagnostics. With the environment variable
+/// `JAXREPL_PASS_TIMING` set, MLIR's per-pass timing report goes to stderr.
 pub fn run_pipeline(ctx: &Context, module: &mut Module, pipeline: &str, diags: &Diagnostics) -> Result<(), Error> {
-    let pm = PassManager::new(ctx);
+    // SAFETY: a fresh pass manager of `ctx`, handed to the melior wrapper that owns and
+    // destroys it; timing only adds a report printed to stderr when it is destroyed.
+    let pm = unsafe {
+        let raw = mlirPassManagerCreate(ctx.to_raw());
+        if std::env::var_os("JAXREPL_PASS_TIMING").is_some() {
+            mlirPassManagerEnableTiming(raw);
+        }
+        PassManager::from_raw(raw)
+    };
     parse_pass_pipeline(pm.as_operation_pass_manager(), pipeline)
         .map_err(|e| Error::compile(format!("bad pass pipeline `{pipeline}`: {e}")))?;
-    pm.run(module).map_err(|_| diags.error("pass pipeline failed"))
+    // The parser verified the input; verifying after every pass cost a tenth of the
+    // pipeline time. The result is verified once, below.
+    pm.enable_verifier(false);
+    pm.run(module).map_err(|_| diags.error("pass pipeline failed"))?;
+    if module.as_operation().verify() {
+        Ok(())
+    } else {
+        Err(diags.error("the pass pipeline produced invalid IR"))
+    }
 }
 
 fn sref(s: &str) -> MlirStringRef {

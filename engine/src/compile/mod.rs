@@ -25,6 +25,7 @@ mod inspect;
 mod memcpy;
 pub(crate) mod callbacks;
 pub mod context;
+mod tiered;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -34,6 +35,7 @@ mod tests_approx;
 
 pub use analysis::{cost_analysis, memory_analysis, CostAnalysis, MemoryAnalysis};
 pub use inspect::{diff_passes, split_pipeline, temp_bytes, PassDiff, PassDiffs};
+pub use tiered::{compile_tiered, HEAVY_ELEMENTS, TIER1_OPT_LEVEL};
 
 use crate::error::Error;
 use crate::ir::ShapedArray;
@@ -43,8 +45,9 @@ use context::{context, run_pipeline, translate_to_llvm_ir, Diagnostics, Engine};
 use melior::ir::Module;
 use smallvec::SmallVec;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Name of the destination-passing entry function the compile stage adds.
 pub const ENTRY: &str = "jaxrepl_entry";
@@ -100,11 +103,23 @@ pub struct Executable {
     /// Per user argument: whether the module donates it to an output
     /// (`tf.aliasing_output`), even if compiled without the alias.
     donated: Vec<bool>,
-    optimized_ir: String,
+    /// The parsed source (the lowered module with the entry wrapper), from which
+    /// `optimized_ir` is recomputed on demand.
+    src: String,
+    /// The module after `PIPELINE_TO_LOOPS`, printed on first request (printing it in
+    /// every compile cost up to a twentieth of the compile).
+    optimized_ir: std::sync::OnceLock<String>,
     /// The LLVM-dialect module, for `llvm_ir()`; created in and destroyed under the
     /// process context's lock.
     llvm_module: Option<Module<'static>>,
     times: CompileTimes,
+    /// LLVM optimisation level this engine was built at.
+    opt_level: u8,
+    /// For a tier-1 executable: the optimised tier, compiled in the background
+    /// (`tiered`); `execute` forwards to it once ready.
+    upgrade: Option<Arc<tiered::Upgrade>>,
+    /// Executions of this engine's code.
+    runs: AtomicU64,
 }
 
 // SAFETY: the engine's compiled functions are plain reentrant code (no global state; the
@@ -195,15 +210,21 @@ fn with_entry(m: &LoweredModule, aliases: &[Option<usize>]) -> Result<String, Er
 /// Errors (`ErrorKind::Compile`): the text does not parse, a pass fails (message carries
 /// MLIR's diagnostics), the engine cannot be created, or the entry cannot be found.
 pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executable, Error> {
+    compile_in(module, opts, false)
+}
+
+/// `compile`, in the background context (`context::background_context`, for the tier-2
+/// worker; the executable then keeps no LLVM-dialect module) or the process context.
+pub(crate) fn compile_in(module: &LoweredModule, opts: &CompileOptions, background: bool) -> Result<Executable, Error> {
     let aliases = parse_aliases(module);
-    let r = match compile_with(module, opts, aliases.clone()) {
+    let r = match compile_with(module, opts, aliases.clone(), background) {
         // Bufferization refuses to compute an aliased output in its argument's buffer
         // when that would overwrite values still needed (two donated arguments whose
         // outputs read each other, say): donation is a hint, so compile without aliasing
         // (outputs get fresh buffers).
         // (Any failure is retried: an unrelated error recurs and is returned.)
         Err(_) if aliases.iter().any(Option::is_some) => {
-            compile_with(module, opts, vec![None; aliases.len()])
+            compile_with(module, opts, vec![None; aliases.len()], background)
         }
         r => r,
     };
@@ -213,9 +234,9 @@ pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executab
     })
 }
 
-fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>) -> Result<Executable, Error> {
+fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>, background: bool) -> Result<Executable, Error> {
     let src = with_entry(module, &aliases)?;
-    let guard = context();
+    let guard = if background { context::background_context() } else { context() };
     let ctx = &guard.ctx;
     let diags = Diagnostics::capture(ctx);
     let mut t = CompileTimes::default();
@@ -226,7 +247,6 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
 
     let t1 = Instant::now();
     run_pipeline(ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
-    let optimized_ir = m.as_operation().to_string();
     run_pipeline(ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
     t.passes = t1.elapsed().as_secs_f64();
 
@@ -250,8 +270,15 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     t.codegen = t3.elapsed().as_secs_f64();
 
     // SAFETY: the module lives in the process-wide context, which is never dropped, and is
-    // only used or destroyed while that context's lock is held.
-    let llvm_module = Some(unsafe { std::mem::transmute::<Module<'_>, Module<'static>>(m) });
+    // only used or destroyed while that context's lock is held. A background compile's
+    // module is destroyed here, under the background context's lock (its tier-1
+    // executable keeps the same LLVM-dialect module).
+    let llvm_module = if background {
+        drop(m);
+        None
+    } else {
+        Some(unsafe { std::mem::transmute::<Module<'_>, Module<'static>>(m) })
+    };
     drop(diags);
     drop(guard);
     Ok(Executable {
@@ -263,9 +290,13 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         out_from_arg: (0..module.out_avals.len()).map(|k| aliases.iter().position(|a| *a == Some(k))).collect(),
         donated: aliases.iter().map(Option::is_some).collect(),
         aliases,
-        optimized_ir,
+        src,
+        optimized_ir: std::sync::OnceLock::new(),
         llvm_module,
         times: t,
+        opt_level: opts.opt_level,
+        upgrade: None,
+        runs: AtomicU64::new(0),
     })
 }
 
@@ -346,6 +377,17 @@ impl Executable {
 
     /// `execute_args` returning the outputs inline (no allocation for up to 4).
     pub(crate) fn execute_args_small(&self, args: &mut [ArgBuf<'_>]) -> Result<SmallVec<[Buffer; 4]>, Error> {
+        let n = self.runs.fetch_add(1, Ordering::Relaxed);
+        if let Some(up) = &self.upgrade {
+            if let Some(e2) = up.ready.get() {
+                self.runs.fetch_sub(1, Ordering::Relaxed);
+                return e2.execute_args_small(args);
+            }
+            // The second execution asks for the optimised tier.
+            if n >= 1 {
+                up.request();
+            }
+        }
         {
             let refs: SmallVec<[&Buffer; 8]> = args.iter().map(ArgBuf::get).collect();
             self.check_args(&refs)?;
@@ -437,8 +479,22 @@ impl Executable {
     }
     /// The module after bufferization and conversion to loops, before conversion to the
     /// LLVM dialect (what `Compiled.as_text()` shows).
+    /// Computed on first request (the loop pipeline is rerun on the kept source, under the
+    /// process context's lock; it is deterministic, so this is the module that was
+    /// compiled, for either tier). Should that rerun fail, the text is an MLIR comment
+    /// with the error.
     pub fn optimized_ir(&self) -> &str {
-        &self.optimized_ir
+        self.optimized_ir.get_or_init(|| {
+            let guard = context();
+            let diags = Diagnostics::capture(&guard.ctx);
+            let r = Module::parse(&guard.ctx, &self.src)
+                .ok_or_else(|| diags.error("the lowered module does not parse"))
+                .and_then(|mut m| {
+                    run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
+                    Ok(m.as_operation().to_string())
+                });
+            r.unwrap_or_else(|e| format!("// optimized IR unavailable: {e}\n"))
+        })
     }
     /// The LLVM IR of the compiled module (before LLVM's own optimisation passes).
     /// Errors (`ErrorKind::Compile`) if translation fails.
@@ -448,9 +504,60 @@ impl Executable {
         let m = self.llvm_module.as_ref().ok_or_else(|| Error::compile("no LLVM module kept"))?;
         translate_to_llvm_ir(m, &diags)
     }
-    /// Seconds spent in each compile step.
+    /// Seconds spent in each compile step (of the first tier for a tiered executable).
     pub fn times(&self) -> &CompileTimes {
         &self.times
+    }
+
+    /// Which tier runs now: 1 for a tiered executable whose optimised tier is not ready
+    /// (LLVM `TIER1_OPT_LEVEL`), else 2 (LLVM at the requested level).
+    pub fn tier(&self) -> u8 {
+        match &self.upgrade {
+            Some(up) if up.ready.get().is_none() => 1,
+            _ => 2,
+        }
+    }
+
+    /// The LLVM optimisation level of the code that runs now.
+    pub fn running_opt_level(&self) -> u8 {
+        match self.upgrade.as_ref().and_then(|u| u.ready.get()) {
+            Some(e2) => e2.opt_level,
+            None => self.opt_level,
+        }
+    }
+
+    /// Executions so far as `(tier 1, tier 2)`; a non-tiered executable counts as tier 2.
+    pub fn tier_runs(&self) -> (u64, u64) {
+        let own = self.runs.load(Ordering::Relaxed);
+        match &self.upgrade {
+            None => (0, own),
+            Some(up) => (own, up.ready.get().map_or(0, |e2| e2.runs.load(Ordering::Relaxed))),
+        }
+    }
+
+    /// Queues the optimised tier's background compile now (normally the second execution
+    /// does). No effect on an executable that is not tier 1 or already queued.
+    pub fn request_upgrade(&self) {
+        if let Some(up) = &self.upgrade {
+            up.request();
+        }
+    }
+
+    /// Requests the optimised tier and waits up to `timeout` for it; whether tier 2 runs
+    /// now. Does not wait for a non-tiered executable (true).
+    pub fn wait_upgraded(&self, timeout: Duration) -> bool {
+        match &self.upgrade {
+            None => true,
+            Some(up) => {
+                up.request();
+                up.wait(timeout)
+            }
+        }
+    }
+
+    /// Why the optimised tier failed to compile, if it did (tier 1 keeps running).
+    pub fn upgrade_error(&self) -> Option<String> {
+        self.upgrade.as_ref().and_then(|u| u.error())
     }
 }
 

@@ -204,6 +204,28 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     pub fn opt_level(&self) -> u8 {
         self.opt_level
     }
+    /// Which tier of tiered compilation (`jaxrepl_tiered_compilation`,
+    /// `compile::compile_tiered`) runs now: 1 = the quick first tier (LLVM
+    /// `compile::TIER1_OPT_LEVEL`), 2 = code optimised at `opt_level()`. The text stages,
+    /// cost and memory analysis always describe the optimised tier (both tiers share the
+    /// MLIR pipeline; assembly and code size are emitted at `opt_level()`).
+    pub fn tier(&self) -> u8 {
+        self.exe.tier()
+    }
+    /// Executions so far of the first tier's and the optimised tier's code.
+    pub fn tier_runs(&self) -> (u64, u64) {
+        self.exe.tier_runs()
+    }
+    /// Asks for the optimised tier now (normally the second call does) and waits up to
+    /// `timeout` for it; whether it runs now. Never needed for correctness: both tiers
+    /// compute the same function.
+    pub fn wait_optimized(&self, timeout: std::time::Duration) -> bool {
+        self.exe.wait_upgraded(timeout)
+    }
+    /// Why the optimised tier failed to compile, if it did (the first tier keeps running).
+    pub fn optimized_tier_error(&self) -> Option<String> {
+        self.exe.upgrade_error()
+    }
     /// The text of one stage of this compile (see `Stage`); `Stage::Asm` is the host's
     /// assembly at this executable's optimisation level.
     /// Errors (`Compile`): translation to LLVM IR or code generation failed.
