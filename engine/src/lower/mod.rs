@@ -156,6 +156,90 @@ pub(crate) struct Lowerer {
     lits: HashMap<(String, DType), String>,
 }
 
+/// The equations of `j` with every `transpose` that only swaps the two free-dim groups of
+/// a `dot_general` result used nowhere else folded into that `dot_general` (operands and
+/// dimension numbers swapped, so it produces the transposed layout directly); `None` when
+/// there is nothing to fold. This is the shape reverse-mode AD gives the rhs cotangent of
+/// `x @ w` (`transpose(dot_general(ct, x, ((0,), (0,))), (1, 0))`, as in JAX), which
+/// otherwise costs a materialised transpose of the weight gradient.
+fn fold_dot_transposes(j: &Jaxpr) -> Option<Vec<Eqn>> {
+    let mut uses: HashMap<u32, usize> = HashMap::new();
+    let atoms = j.eqns.iter().flat_map(|e| e.inputs.iter()).chain(j.outvars.iter());
+    for a in atoms {
+        if let Atom::Var(v) = a {
+            *uses.entry(v.id).or_default() += 1;
+        }
+    }
+    // Producer eqn index of each single-use dot_general result.
+    let mut dots: HashMap<u32, usize> = HashMap::new();
+    // (dot index, transpose index) pairs to fold.
+    let mut folds: Vec<(usize, usize)> = vec![];
+    for (i, e) in j.eqns.iter().enumerate() {
+        match (&e.primitive, e.outputs.as_slice(), e.inputs.as_slice()) {
+            (Primitive::DotGeneral { .. }, [o], [_, _]) if uses.get(&o.id) == Some(&1) => {
+                dots.insert(o.id, i);
+            }
+            (Primitive::Transpose { permutation }, [_], [Atom::Var(v)]) => {
+                if let Some(&d) = dots.get(&v.id) {
+                    if swaps_free_groups(&j.eqns[d], permutation) {
+                        folds.push((d, i));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if folds.is_empty() {
+        return None;
+    }
+    let mut eqns = j.eqns.clone();
+    let mut drop = vec![false; eqns.len()];
+    for (d, t) in folds {
+        let dot = &j.eqns[d];
+        if let Primitive::DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, preferred_element_type } = &dot.primitive {
+            eqns[d] = Eqn {
+                primitive: Primitive::DotGeneral {
+                    lhs_contracting: rhs_contracting.clone(),
+                    rhs_contracting: lhs_contracting.clone(),
+                    lhs_batch: rhs_batch.clone(),
+                    rhs_batch: lhs_batch.clone(),
+                    preferred_element_type: *preferred_element_type,
+                },
+                inputs: vec![dot.inputs[1].clone(), dot.inputs[0].clone()],
+                outputs: j.eqns[t].outputs.clone(),
+                source: dot.source.clone(),
+            };
+            drop[t] = true;
+        }
+    }
+    Some(eqns.into_iter().zip(drop).filter(|(_, d)| !d).map(|(e, _)| e).collect())
+}
+
+/// Whether `perm` maps the `[batch, lhs free, rhs free]` result of the `dot_general` `dot`
+/// to `[batch, rhs free, lhs free]` (with at least one free dim on each side moved).
+fn swaps_free_groups(dot: &Eqn, perm: &[usize]) -> bool {
+    let Primitive::DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, .. } = &dot.primitive else {
+        return false;
+    };
+    let ndim = |a: &Atom| match a {
+        Atom::Var(v) => v.aval.ndim(),
+        Atom::Lit(l) => l.aval.ndim(),
+    };
+    let nb = lhs_batch.len();
+    // A malformed dot (more named dims than it has) folds nothing; `dot` reports it.
+    let (Some(nl), Some(nr)) = (
+        ndim(&dot.inputs[0]).checked_sub(nb + lhs_contracting.len()),
+        ndim(&dot.inputs[1]).checked_sub(nb + rhs_contracting.len()),
+    ) else {
+        return false;
+    };
+    if nl == 0 || nr == 0 || perm.len() != nb + nl + nr {
+        return false;
+    }
+    let want: Vec<usize> = (0..nb).chain(nb + nl..nb + nl + nr).chain(nb..nb + nl).collect();
+    perm == want.as_slice()
+}
+
 fn malformed(msg: String) -> Error {
     Error::compile(format!("lowering: malformed jaxpr: {msg}"))
 }
@@ -181,7 +265,8 @@ impl Lowerer {
         for (v, a) in j.invars.iter().zip(args) {
             env.insert(v.id, a);
         }
-        for eq in &j.eqns {
+        let folded = fold_dot_transposes(j);
+        for eq in folded.as_deref().unwrap_or(&j.eqns) {
             self.eqn(eq, &mut env).map_err(|e| e.at(eq.source.clone()))?;
         }
         j.outvars.iter().map(|a| self.atom(a, &env)).collect()

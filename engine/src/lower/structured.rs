@@ -18,8 +18,16 @@ impl Lowerer {
     /// An elementwise `linalg.generic` producing `out`. Operands are tensors of `out`'s
     /// shape, 0-d tensors (broadcast through a `() ` map) or scalars (used directly).
     /// `body` gets one scalar per operand, in operand order, and returns the result scalar.
+    /// A 0-d result of 0-d operands is emitted as plain scalar ops (a [`Val::S`]).
     pub(super) fn ew(&mut self, out: &ShapedArray, ins: &[Val], body: Body) -> Result<Val, Error> {
         let r = out.ndim();
+        if r == 0 && !ins.is_empty() && ins.iter().all(|v| v.aval().ndim() == 0) {
+            // A 0-d result is one scalar computation: no generic, no 0-d tensor to
+            // bufferize (scalar loop carries stay in registers this way).
+            let scalars: Vec<String> = ins.iter().map(|v| self.scalar_of(v)).collect();
+            let y = body(&mut self.e, &scalars)?;
+            return Ok(Val::S(y, out.clone()));
+        }
         let mut tins: Vec<(String, String, String)> = vec![]; // name, type, map
         for v in ins {
             if let Val::T(n, a) = v {
