@@ -82,18 +82,11 @@ fn golden_two_x_plus_y() {
         module @jit_f {
           func.func public @main(%arg0: tensor<i32>, %arg1: tensor<i32>) -> (tensor<i32>) {
             %0 = arith.constant 2 : i32
-            %1 = tensor.empty() : tensor<i32>
-            %2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg0 : tensor<i32>) outs(%1 : tensor<i32>) {
-            ^bb0(%in0: i32, %out: i32):
-              %3 = arith.muli %0, %in0 : i32
-              linalg.yield %3 : i32
-            } -> tensor<i32>
-            %4 = tensor.empty() : tensor<i32>
-            %5 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%2, %arg1 : tensor<i32>, tensor<i32>) outs(%4 : tensor<i32>) {
-            ^bb0(%in0: i32, %in1: i32, %out: i32):
-              %6 = arith.addi %in0, %in1 : i32
-              linalg.yield %6 : i32
-            } -> tensor<i32>
+            %1 = tensor.extract %arg0[] : tensor<i32>
+            %2 = arith.muli %0, %1 : i32
+            %3 = tensor.extract %arg1[] : tensor<i32>
+            %4 = arith.addi %2, %3 : i32
+            %5 = tensor.from_elements %4 : tensor<i32>
             return %5 : tensor<i32>
           }
         }
