@@ -433,7 +433,10 @@ impl Lowerer {
     pub(crate) fn tensor(&mut self, v: &Val) -> String {
         match v {
             Val::T(n, _) => n.clone(),
-            Val::S(n, a) => self.e.op(&format!("tensor.from_elements {n} : {}", a.mlir_tensor())),
+            // A fill of an empty tensor (not `tensor.from_elements`) so that bufferization
+            // can write it straight into a destination (a returned result: the output
+            // buffer, no temporary allocation).
+            Val::S(n, a) => self.splat(&n.clone(), &a.clone()),
         }
     }
 

@@ -86,8 +86,9 @@ fn golden_two_x_plus_y() {
             %2 = arith.muli %0, %1 : i32
             %3 = tensor.extract %arg1[] : tensor<i32>
             %4 = arith.addi %2, %3 : i32
-            %5 = tensor.from_elements %4 : tensor<i32>
-            return %5 : tensor<i32>
+            %5 = tensor.empty() : tensor<i32>
+            %6 = linalg.fill ins(%4 : i32) outs(%5 : tensor<i32>) -> tensor<i32>
+            return %6 : tensor<i32>
           }
         }
     "#]]
