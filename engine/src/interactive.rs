@@ -16,6 +16,11 @@ pub trait TextRepr {
     fn failure(&self) -> Option<Error> {
         None
     }
+    /// Richer MIME renderings shown next to `text/plain` (`("image/svg+xml", svg)`, ...);
+    /// Jupyter shows the richest, a terminal the text.
+    fn rich(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 impl TextRepr for Array {
@@ -172,6 +177,9 @@ impl<T: TextRepr> EvcxrDisplay for T {
         let t = self.text_repr();
         if !t.is_empty() {
             emit("text/plain", &t);
+        }
+        for (mime, body) in self.rich() {
+            emit(mime, &body);
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod magic;
 pub mod nn;
 pub mod numpy;
 pub mod prelude;
+pub mod profiler;
 pub mod random;
 pub mod runtime;
 pub mod trace;

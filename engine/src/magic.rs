@@ -4,7 +4,7 @@
 //! stage API.
 
 use crate::error::{Error, Result};
-use crate::interactive::Text;
+use crate::interactive::{Text, TextRepr};
 use crate::ir::ClosedJaxpr;
 use crate::runtime::dispatch;
 use crate::trace::Array;
@@ -246,6 +246,53 @@ pub fn timeit<T: BlockUntilReady>(call: impl Fn() -> T) -> Result<Text> {
     Ok(Text(timeit_result(call)?.to_string()))
 }
 
+// --- profiling and memory (`%profile`, `%memory`) ---
+
+/// What `%profile CALL` shows: the summary table as text (terminal) and the timeline as
+/// SVG (Jupyter).
+#[derive(Clone, Debug)]
+pub struct ProfileView(pub crate::profiler::Profile);
+
+impl TextRepr for ProfileView {
+    fn text_repr(&self) -> String {
+        crate::profiler::summary_table(&self.0)
+    }
+    fn rich(&self) -> Vec<(&'static str, String)> {
+        match crate::profiler::svg_timeline(&self.0) {
+            Ok(svg) => vec![("image/svg+xml", svg)],
+            Err(_) => Vec::new(), // the table still shows
+        }
+    }
+}
+
+/// `%profile CALL`: runs CALL once under the profiler (waiting for its result) and shows
+/// the timeline of what ran: tracing, lowering, compiling, executions on each thread,
+/// transfers, annotations. Errors: a profile is already running; CALL's error.
+pub fn profile<T: BlockUntilReady>(call: impl FnOnce() -> T) -> Result<ProfileView> {
+    let (r, p) = crate::profiler::profile(|| call().block())?;
+    r?;
+    Ok(ProfileView(p))
+}
+
+/// `%memory`: the device's allocator statistics (`memory_stats()`, JAX's keys) and the
+/// live buffers by allocation site.
+pub fn memory() -> Text {
+    let s = crate::runtime::memory::memory_stats();
+    let mut t = String::from("memory_stats():\n");
+    for (k, v) in s.items() {
+        let shown = match v.parse::<usize>() {
+            Ok(b) if k.contains("bytes") || k.contains("size") => {
+                format!("{v} ({})", crate::runtime::memory::format_bytes(b))
+            }
+            _ => v,
+        };
+        t.push_str(&format!("  {k:<20} {shown}\n"));
+    }
+    t.push_str("live buffers by site:\n");
+    t.push_str(&crate::runtime::memory::live_table(&crate::runtime::memory::live_by_site()));
+    Text(t)
+}
+
 /// `%explain`: for recent calls that traced or compiled, each cache layer's verdict.
 pub fn explain() -> Text {
     Text(crate::transform::explain::report(&crate::transform::explain::recent()))
@@ -268,6 +315,8 @@ pub fn help() -> Text {
          \x20 %cost CALL      cost analysis (flops, transcendentals, bytes) and memory analysis\n\
          \x20 %time CALL      wall time of one call, waiting for its result\n\
          \x20 %timeit CALL    mean ± std over repeated calls, like IPython\n\
+         \x20 %profile CALL   timeline (SVG in Jupyter) and summary table of what CALL ran\n\
+         \x20 %memory        memory_stats() and live buffers by allocation site\n\
          \x20 %explain        why recent calls traced or compiled (trace / executable cache)\n\
          \x20 %help           this text\n\
          Engine: jnp::arange, jnp::linspace, jnp::zeros/ones/full, jit(|x: Array| ...), f.call(&x),\n\

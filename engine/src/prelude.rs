@@ -8,6 +8,8 @@ pub use crate::ir::{ClosedJaxpr, DType, RematPolicy, ShapeDtypeStruct, ShapedArr
 pub use crate::lax;
 pub use crate::magic::{block_until_ready, effects_barrier, BlockUntilReady};
 pub use crate::nn;
+pub use crate::profiler::{self, named_scope, NamedScope, TraceAnnotation};
+pub use crate::runtime::memory::memory_stats;
 pub use crate::random;
 pub use crate::numpy as jnp;
 pub use crate::numpy::indexing::{ELLIPSIS, NEW_AXIS};

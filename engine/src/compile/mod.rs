@@ -120,6 +120,10 @@ pub struct Executable {
     upgrade: Option<Arc<tiered::Upgrade>>,
     /// Executions of this engine's code.
     runs: AtomicU64,
+    /// `jit(<name>)` from the module's name: the allocation site of its outputs and the
+    /// name of its executions in profiles.
+    name: String,
+    site: crate::runtime::memory::SiteId,
 }
 
 // SAFETY: the engine's compiled functions are plain reentrant code (no global state; the
@@ -297,7 +301,23 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         opt_level: opts.opt_level,
         upgrade: None,
         runs: AtomicU64::new(0),
+        site: crate::runtime::memory::site_id(&display_name(&module.text)),
+        name: display_name(&module.text),
     })
+}
+
+/// `jit(f)` for a module `module @jit_f ...` (the name as `%profile` and the memory
+/// profile show it).
+fn display_name(text: &str) -> String {
+    let name = text
+        .split_once("module @")
+        .map(|(_, r)| r.split(|c: char| c.is_whitespace() || c == '{').next().unwrap_or(""))
+        .unwrap_or("");
+    match name.strip_prefix("jit_") {
+        Some(n) => format!("jit({n})"),
+        None if name.is_empty() => "jit(main)".to_string(),
+        None => name.to_string(),
+    }
 }
 
 /// An argument of `Executable::execute_args`.
@@ -388,6 +408,7 @@ impl Executable {
                 up.request();
             }
         }
+        let _span = crate::profiler::span("execute", || self.name.clone());
         {
             let refs: SmallVec<[&Buffer; 8]> = args.iter().map(ArgBuf::get).collect();
             self.check_args(&refs)?;
@@ -397,11 +418,11 @@ impl Executable {
         let mut outs: SmallVec<[Buffer; 4]> = SmallVec::with_capacity(self.out_avals.len());
         for (k, a) in self.out_avals.iter().enumerate() {
             outs.push(match self.out_from_arg[k] {
-                None => Buffer::for_output(a),
+                None => Buffer::for_output(a, self.site)?,
                 Some(i) => match std::mem::replace(&mut args[i], ArgBuf::Taken) {
                     ArgBuf::Donated(b) => b,
                     other => {
-                        let mut c = Buffer::for_output(a);
+                        let mut c = Buffer::for_output(a, self.site)?;
                         c.bytes_mut().copy_from_slice(other.get().bytes());
                         c
                     }

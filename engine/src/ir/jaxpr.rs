@@ -448,6 +448,9 @@ pub struct Eqn {
     pub inputs: Vec<Atom>,
     pub outputs: Vec<Var>,
     pub source: Option<SourceInfo>,
+    /// `jax.named_scope` names active when the equation was traced (`outer/inner`); not
+    /// printed in the jaxpr, written as MLIR locations by lowering.
+    pub name_stack: Option<std::sync::Arc<str>>,
 }
 
 /// A jaxpr: `{ lambda constvars ; invars. let eqns in (outvars,) }`.

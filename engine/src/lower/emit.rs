@@ -14,11 +14,14 @@ pub(crate) struct Emitter {
     pub text: String,
     next: usize,
     indent: usize,
+    /// Location written after every one-line op (`loc("scope/prim")`): the equation's
+    /// `jax.named_scope` stack, set while lowering an equation that has one.
+    pub loc: Option<String>,
 }
 
 impl Emitter {
     pub fn new(indent: usize) -> Emitter {
-        Emitter { text: String::new(), next: 0, indent }
+        Emitter { text: String::new(), next: 0, indent, loc: None }
     }
     /// A fresh SSA name `%N` (or `%<prefix>N`).
     pub fn fresh(&mut self, prefix: &str) -> String {
@@ -37,7 +40,15 @@ impl Emitter {
     /// Writes `%N = <rhs>` and returns `%N`.
     pub fn op(&mut self, rhs: &str) -> String {
         let n = self.fresh("");
-        self.line(&format!("{n} = {rhs}"));
+        match &self.loc {
+            // A region opener (`... {`) takes its location after the closing brace; those
+            // are left without one.
+            Some(l) if !rhs.trim_end().ends_with('{') && !rhs.contains('\n') => {
+                let line = format!("{n} = {rhs} loc({})", crate::interactive::json_string(l));
+                self.line(&line)
+            }
+            _ => self.line(&format!("{n} = {rhs}")),
+        }
         n
     }
     pub fn push(&mut self) {

@@ -324,6 +324,12 @@ impl Lowerer {
 
     fn eqn(&mut self, eq: &Eqn, env: &mut HashMap<u32, Val>) -> Result<(), Error> {
         let ins: Vec<Val> = eq.inputs.iter().map(|a| self.atom(a, env)).collect::<Result<_, _>>()?;
+        // `jax.named_scope`: this equation's ops are located at `scope/prim` (equations
+        // without a scope inside a scoped call keep the caller's location).
+        let outer_loc = self.e.loc.clone();
+        if let Some(s) = &eq.name_stack {
+            self.e.loc = Some(format!("{s}/{}", eq.primitive.name()));
+        }
         let outs = match &eq.primitive {
             Primitive::DebugCallback { callback, .. } => {
                 self.callback(*callback, &ins)?;
@@ -360,6 +366,7 @@ impl Lowerer {
             }
             env.insert(v.id, val);
         }
+        self.e.loc = outer_loc;
         Ok(())
     }
 

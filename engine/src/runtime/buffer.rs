@@ -9,7 +9,9 @@
 //! call reuses memory whose pages are already mapped instead of page-faulting it in again
 //! (the pool keeps at most `pool_stats().limit_bytes`).
 
+use crate::error::Error;
 use crate::ir::{DType, ShapedArray};
+use crate::runtime::memory::{self, SiteId};
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::fmt;
 
@@ -25,6 +27,8 @@ pub struct Buffer {
     cap: usize,
     /// Start of the allocation (below `ptr` for small buffers, see `alloc_raw`).
     base: *mut u8,
+    /// Allocation site for memory accounting (`runtime::memory`).
+    site: SiteId,
 }
 
 // SAFETY: the allocation is owned uniquely by the Buffer, and it is only written through
@@ -34,8 +38,9 @@ unsafe impl Sync for Buffer {}
 
 impl Buffer {
     /// A zero-filled buffer of `aval` (`aval.nbytes()` bytes).
+    /// Accounted (site `other`) but never refused by the memory limit.
     pub fn zeros(aval: &ShapedArray) -> Buffer {
-        let mut b = Buffer::alloc(aval, true);
+        let mut b = Buffer::alloc(aval, true, memory::SITE_OTHER, false).expect("unchecked");
         if !b.zeroed_on_alloc {
             b.bytes_mut().fill(0);
         }
@@ -47,19 +52,44 @@ impl Buffer {
     /// them.
     /// (Fresh system memory may be uninitialised; the compiled entry overwrites every
     /// byte before the buffer is shared.)
-    pub(crate) fn for_output(aval: &ShapedArray) -> Buffer {
-        Buffer::alloc(aval, false).into_plain()
+    ///
+    /// Errors: `RESOURCE_EXHAUSTED` (a `RuntimeError`) when the buffer would take the
+    /// device past its memory limit (`runtime::memory`); the message names `site`, the
+    /// size, what is live and the usual fixes.
+    pub(crate) fn for_output(aval: &ShapedArray, site: SiteId) -> Result<Buffer, Error> {
+        Buffer::alloc(aval, false, site, true)
+            .map(Fresh::into_plain)
+            .map_err(|o| memory::oom_error(&o, &format!("an output {}", aval.short())))
     }
 
-    fn alloc(aval: &ShapedArray, zeroed: bool) -> Fresh {
+    /// Allocates `aval.nbytes()` bytes accounted to `site`; with `check`, refuses an
+    /// allocation past the memory limit.
+    fn alloc(aval: &ShapedArray, zeroed: bool, site: SiteId, check: bool) -> Result<Fresh, memory::Oom> {
         let len = aval.nbytes();
         let cap = size_class(len);
         let (base, ptr, z) = if len == 0 {
             (BUFFER_ALIGN as *mut u8, BUFFER_ALIGN as *mut u8, true) // dangling, aligned, never dereferenced
         } else {
+            memory::on_alloc(cap, site, check)?;
             alloc_raw(cap, zeroed)
         };
-        Fresh { buf: Buffer { aval: aval.strong(), ptr, len, cap, base }, zeroed_on_alloc: z }
+        Ok(Fresh { buf: Buffer { aval: aval.strong(), ptr, len, cap, base, site }, zeroed_on_alloc: z })
+    }
+
+    /// A buffer of `aval` holding `data` (as `from_slice`), accounted to `site` and
+    /// checked against the memory limit. Errors: a size mismatch (`ValueError`), or
+    /// `RESOURCE_EXHAUSTED` past the limit.
+    pub(crate) fn try_from_slice_at<T: Copy>(aval: &ShapedArray, data: &[T], site: SiteId) -> Result<Buffer, Error> {
+        if std::mem::size_of::<T>() != aval.dtype.size_bytes() || data.len() != aval.size() {
+            return Buffer::from_slice(aval, data).map_err(Error::value_error);
+        }
+        let mut b = Buffer::alloc(aval, false, site, true)
+            .map_err(|o| memory::oom_error(&o, &format!("an array {} from host data", aval.short())))?
+            .into_plain();
+        // SAFETY: plain-old-data reinterpretation of a slice of Copy scalars.
+        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
+        b.bytes_mut().copy_from_slice(bytes);
+        Ok(b)
     }
 
     /// A buffer holding `bytes` (little-endian elements of `aval.dtype`).
@@ -68,7 +98,8 @@ impl Buffer {
         if bytes.len() != aval.nbytes() {
             return Err(format!("{} needs {} bytes, got {}", aval.short(), aval.nbytes(), bytes.len()));
         }
-        let mut b = Buffer::alloc(aval, false).into_plain();
+        // Accounted to `device_put`, never refused (callers rely on small host buffers).
+        let mut b = Buffer::alloc(aval, false, memory::SITE_HOST, false).expect("unchecked").into_plain();
         b.bytes_mut().copy_from_slice(bytes);
         Ok(b)
     }
@@ -167,6 +198,7 @@ pub fn f16_to_f32(h: u16) -> f32 {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if self.len != 0 {
+            memory::on_free(self.cap, self.site);
             free_raw(self.base, self.cap);
         }
     }
@@ -174,7 +206,7 @@ impl Drop for Buffer {
 
 impl Clone for Buffer {
     fn clone(&self) -> Buffer {
-        let mut b = Buffer::alloc(&self.aval, false).into_plain();
+        let mut b = Buffer::alloc(&self.aval, false, self.site, false).expect("unchecked").into_plain();
         b.bytes_mut().copy_from_slice(self.bytes());
         b
     }
@@ -373,7 +405,7 @@ mod tests {
     #[test]
     fn large_buffers_are_pooled_and_zeros_are_zero() {
         let aval = ShapedArray::new(&[100_000], DType::F32);
-        let mut b = Buffer::for_output(&aval);
+        let mut b = Buffer::for_output(&aval, memory::SITE_OTHER).unwrap();
         b.bytes_mut().fill(7);
         let p = b.as_ptr();
         drop(b);

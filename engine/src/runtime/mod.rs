@@ -1,10 +1,11 @@
 //! The runtime: host buffers, asynchronous dispatch on a device worker, the interrupt
-//! flag and host callbacks.
+//! flag, host callbacks and memory accounting.
 
 pub mod buffer;
 pub mod callbacks;
 pub mod dispatch;
 pub mod interrupt;
+pub mod memory;
 
 pub use buffer::Buffer;
 pub use dispatch::{barrier, DeviceArray};

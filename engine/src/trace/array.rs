@@ -111,7 +111,8 @@ impl Array {
             )));
         }
         let src = ShapedArray::new(shape, T::DTYPE);
-        let buf = Buffer::from_slice(&src, &data).map_err(Error::value_error)?;
+        let _span = crate::profiler::span("transfer", || format!("device_put {}", src.short()));
+        let buf = Buffer::try_from_slice_at(&src, &data, crate::runtime::memory::SITE_HOST)?;
         let dtype = canonicalize_dtype(T::DTYPE);
         let buf = if dtype != T::DTYPE { convert_buffer(&buf, dtype) } else { buf };
         Ok(Array::from_buffer(buf, false))

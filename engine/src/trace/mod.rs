@@ -216,7 +216,13 @@ pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Resu
             }
             let outputs: Vec<Var> = out_avals.into_iter().map(|a| b.new_var(a)).collect();
             let id = b.id;
-            b.eqns.push(Eqn { primitive: prim, inputs, outputs: outputs.clone(), source: Some(src) });
+            b.eqns.push(Eqn {
+                primitive: prim,
+                inputs,
+                outputs: outputs.clone(),
+                source: Some(src),
+                name_stack: crate::profiler::current_name_stack(),
+            });
             Ok(outputs.into_iter().map(|v| Array(Repr::Tracer(Tracer { trace_id: id, var: v }))).collect())
         });
     }

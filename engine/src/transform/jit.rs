@@ -313,6 +313,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 "cannot call a jitted function with ShapeDtypeStruct arguments; use .trace(...) or .lower(...) for specs",
             ));
         }
+        let _span = crate::profiler::span("jit", || format!("PjitFunction({})", self.inner.name));
         let (entry, traced_now) = self.lookup_or_trace(&flat, loc)?;
         let was_compiled = entry.compiled.get().is_some();
         let t0 = (!was_compiled).then(Instant::now);
@@ -403,7 +404,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         }
         explain::set_pending_reason(reason);
         let t0 = Instant::now();
+        let span = crate::profiler::span("trace", || format!("trace jit({})", self.inner.name));
         let (jaxpr, out_statics, out_tree) = self.trace_flat(flat, &sig)?;
+        drop(span);
         let sync = sync_ok(&jaxpr.jaxpr);
         let entry = Arc::new(CacheEntry {
             jaxpr,

@@ -109,6 +109,7 @@ pub fn canonicalize(j: &Jaxpr) -> Jaxpr {
                             inputs: vec![inp.clone()],
                             outputs: vec![v.clone()],
                             source: e.source.clone(),
+                            name_stack: e.name_stack.clone(),
                         });
                         *inp = Atom::Var(v);
                     }
@@ -180,10 +181,17 @@ pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(Execut
 /// Lowers and compiles, logging like `jax_log_compiles` when that flag is on.
 pub fn compile_jaxpr(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result<CompiledArtifacts> {
     let t0 = Instant::now();
+    let span = crate::profiler::span("lower", || format!("lower jit({name})"));
     let lowered = Arc::new(lower_closed(j, name, opts)?);
+    drop(span);
     let lower_secs = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
+    let mut span = crate::profiler::span("compile", || format!("compile jit({name})"));
     let (executable, cache_hit) = compile_lowered(&lowered, opts)?;
+    if let Some(s) = span.as_mut() {
+        s.arg("cache_hit", cache_hit);
+    }
+    drop(span);
     let compile_secs = t1.elapsed().as_secs_f64();
     if config::log_compiles() && !cache_hit {
         eprintln!("Finished jaxpr to MLIR module conversion jit({name}) in {lower_secs:.9} sec");

@@ -40,6 +40,8 @@ pub const MAGICS: &[MagicSpec] = &[
     MagicSpec { name: "cost", function: "cost", arg: MagicArg::Call, summary: "show the cost analysis (flops, bytes accessed) of CALL" },
     MagicSpec { name: "time", function: "time", arg: MagicArg::Call, summary: "run CALL once and print its wall time" },
     MagicSpec { name: "timeit", function: "timeit", arg: MagicArg::Call, summary: "run CALL many times; print mean ± std per run" },
+    MagicSpec { name: "profile", function: "profile", arg: MagicArg::Call, summary: "run CALL under the profiler; show its timeline (SVG) and a summary table" },
+    MagicSpec { name: "memory", function: "memory", arg: MagicArg::None, summary: "show memory_stats() and the live buffers by allocation site" },
     MagicSpec { name: "explain", function: "explain", arg: MagicArg::None, summary: "explain the last cache misses" },
     MagicSpec { name: "help", function: "help", arg: MagicArg::None, summary: "list the magics" },
 ];
@@ -183,6 +185,7 @@ mod tests {
         assert_eq!(code("%cost f.call(&x)"), "jax::magic::cost(|| f.call(&x))");
         assert_eq!(code("%time f.call(&x)"), "jax::magic::time(|| f.call(&x))");
         assert_eq!(code("%timeit   f.call(&x)  "), "jax::magic::timeit(||   f.call(&x))");
+        assert_eq!(code("%profile f.call(&x)"), "jax::magic::profile(|| f.call(&x))");
     }
 
     #[test]
@@ -199,6 +202,7 @@ mod tests {
     #[test]
     fn no_arg_magics() {
         assert_eq!(code("%explain"), "jax::magic::explain()");
+        assert_eq!(code("%memory"), "jax::magic::memory()");
         assert_eq!(code("  %help  \n"), "jax::magic::help()");
     }
 
@@ -222,7 +226,7 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%jaxprr f.call(&x)") else { panic!() };
         assert_eq!(
             e,
-            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %explain, %help"
+            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %profile, %memory, %explain, %help"
         );
         let Rewrite::Error(e) = rewrite("%time") else { panic!() };
         assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)`");
