@@ -83,7 +83,13 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
             j.invars.len()
         )));
     }
-    let mut l = Lowerer { e: Emitter::new(2), const_params: vec![], decls: BTreeSet::new(), lits: HashMap::new() };
+    let mut l = Lowerer {
+        e: Emitter::new(2),
+        const_params: vec![],
+        decls: BTreeSet::new(),
+        lits: HashMap::new(),
+        scope_prefix: format!("jit({name})"),
+    };
     let args: Vec<Val> = j.invars.iter().enumerate().map(|(i, v)| Val::T(format!("%arg{i}"), v.aval.clone())).collect();
     let outs = l.body(j, &jaxpr.consts, args)?;
     let rets: Vec<(String, String)> = outs.iter().map(|v| (l.tensor(v), v.aval().mlir_tensor())).collect();
@@ -154,6 +160,8 @@ pub(crate) struct Lowerer {
     pub decls: BTreeSet<String>,
     /// Scalar literal constants already emitted: (spelling, dtype) -> SSA name.
     lits: HashMap<(String, DType), String>,
+    /// `jit(<name>)`: the first component of every op location (JAX's name stack root).
+    scope_prefix: String,
 }
 
 /// The equations of `j` with every `transpose` that only swaps the two free-dim groups of
@@ -324,11 +332,11 @@ impl Lowerer {
 
     fn eqn(&mut self, eq: &Eqn, env: &mut HashMap<u32, Val>) -> Result<(), Error> {
         let ins: Vec<Val> = eq.inputs.iter().map(|a| self.atom(a, env)).collect::<Result<_, _>>()?;
-        // `jax.named_scope`: this equation's ops are located at `scope/prim` (equations
+        // `jax.named_scope`: this equation's ops are located at `jit(f)/scope/prim` (equations
         // without a scope inside a scoped call keep the caller's location).
         let outer_loc = self.e.loc.clone();
         if let Some(s) = &eq.name_stack {
-            self.e.loc = Some(format!("{s}/{}", eq.primitive.name()));
+            self.e.loc = Some(format!("{}/{s}/{}", self.scope_prefix, eq.primitive.name()));
         }
         let outs = match &eq.primitive {
             Primitive::DebugCallback { callback, .. } => {

@@ -1,6 +1,6 @@
 //! `jax.named_scope`: a name stack per thread. Equations traced inside a scope carry it
 //! (`Eqn::name_stack`), and lowering writes it as each op's location
-//! (`loc("my_scope/sin")`), as JAX writes it into HLO metadata; it is not a jaxpr
+//! (`loc("jit(f)/my_scope/sin")`), as JAX writes it into HLO metadata; it is not a jaxpr
 //! equation. While a profile runs, a scope is also a span on the timeline.
 
 use std::cell::RefCell;
