@@ -42,7 +42,7 @@ def test_memory_magic_sites(nb):
 
 def test_oom_error_names_allocation_live_and_fixes(nb):
     assert outputs_text(cell_with(nb, "set_bytes_limit(Some(")).strip() == str(10 << 20)
-    cell = cell_with(nb, "outs.push(f.call(&x)?)")
+    cell = cell_with(nb, "collect::<Result<Vec<Array>>>()")
     errors = [o for o in cell.outputs if o.output_type == "error"]
     assert len(errors) == 1, cell.outputs
     e = errors[0]

@@ -60,6 +60,7 @@ fn trace_writes_chrome_json_in_jax_layout() {
     assert!(tr["ts"].as_f64().unwrap() >= c0 && tr["ts"].as_f64().unwrap() <= c1, "{tr} inside {call}");
     assert_eq!(named("train")["args"]["step_num"], "3");
     assert_eq!(named("device_put f32[4]")["cat"], "transfer");
+    assert_eq!(named("device_get f32[]")["cat"], "transfer");
     // Thread names as metadata events.
     assert!(evs.iter().any(|e| e["ph"] == "M" && e["name"] == "thread_name"), "{evs:?}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -128,4 +129,9 @@ fn profile_magic_shows_a_table_and_an_svg_timeline() {
     // An error in CALL is the magic's error.
     let bad = jit(|x: Array| x.matmul(&jnp::ones(&[3], DType::F32)));
     assert!(jax::magic::profile(|| bad.call(&x)).is_err());
+    // A panic inside a profile (an eager shape error in a cell) ends it.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| jax::magic::profile(|| x.matmul(&jnp::ones(&[3], DType::F32)))));
+    assert!(panicked.is_err());
+    assert!(!profiler::active());
+    assert!(jax::magic::profile(|| f.call(&x)).is_ok());
 }

@@ -189,15 +189,30 @@ pub fn stop_trace() -> Result<Profile> {
 /// and returns its value with the written profile. Errors: as `start_trace`/`stop_trace`.
 pub fn trace<T>(log_dir: impl AsRef<Path>, f: impl FnOnce() -> T) -> Result<(T, Profile)> {
     start_trace(log_dir)?;
+    let guard = EndOnUnwind;
     let v = f();
+    std::mem::forget(guard);
     Ok((v, stop_trace()?))
+}
+
+/// Ends the profile if the profiled code panics (a caught panic in a cell must not leave
+/// a profile running that no one can stop).
+struct EndOnUnwind;
+impl Drop for EndOnUnwind {
+    fn drop(&mut self) {
+        let mut g = lock();
+        *g = None;
+        ACTIVE.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Records `f` into an in-memory profile (no file): what `%profile CALL` shows.
 /// Errors: a profile is already running.
 pub fn profile<T>(f: impl FnOnce() -> T) -> Result<(T, Profile)> {
     begin(None)?;
+    let guard = EndOnUnwind;
     let v = f();
+    std::mem::forget(guard);
     Ok((v, end()?.0))
 }
 

@@ -221,7 +221,9 @@ impl Array {
 
     /// The values as `T` (converted from the array's dtype as numpy's `astype` would).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        Ok(self.buffer()?.to_f64_vec().into_iter().map(T::from_f64).collect())
+        let b = self.buffer()?;
+        let _span = crate::profiler::span("transfer", || format!("device_get {}", b.aval().short()));
+        Ok(b.to_f64_vec().into_iter().map(T::from_f64).collect())
     }
 
     /// The values as an `ndarray` array of the same shape.
