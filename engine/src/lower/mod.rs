@@ -216,6 +216,7 @@ fn fold_dot_transposes(j: &Jaxpr) -> Option<Vec<Eqn>> {
                 inputs: vec![dot.inputs[1].clone(), dot.inputs[0].clone()],
                 outputs: j.eqns[t].outputs.clone(),
                 source: dot.source.clone(),
+                name_stack: dot.name_stack.clone(),
             };
             drop[t] = true;
         }
