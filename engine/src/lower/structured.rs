@@ -236,7 +236,7 @@ impl Lowerer {
         let trailing = sorted.iter().enumerate().all(|(i, &ax)| ax == kept_n + i);
         if trailing && n >= REDUCE_SPLIT_MIN && m <= REDUCE_SPLIT_MAX_OUT {
             let r = self.reduce_split(&xc, m, n, &iv, p)?;
-            let v = self.reshape(&Val::T(r, ShapedArray::new(&[m], c)), &acc)?;
+            let v = self.reshape(&r, &acc)?;
             return self.cast_tensor(&v, d);
         }
         let xt = self.tensor(&xc);
@@ -270,43 +270,52 @@ impl Lowerer {
     /// A reduction of `x` (compute dtype, `m * n` elements, the reduced axes trailing)
     /// viewed as `[m, n]`, split so that its long inner loop can run on several threads:
     /// the first `P·C` elements of each row (`P = REDUCE_SPLIT_PARTS`, `C = n / P`) are
-    /// viewed as `[m, P, C]` and reduced over `C` into `[m, P]` partials (a reduction
+    /// viewed as `[m, P, C]` (`[P, C]` when m = 1) and reduced over `C` into `[m, P]` partials (a reduction
     /// whose outer loops are parallel, so the compile stage can spread them over
     /// threads), the partials are reduced in order into `[m]`, and the `n - P·C < P`
     /// remaining elements of each row are reduced onto that. The order of operations is
     /// fixed by the shapes alone, so results do not depend on the number of threads.
-    /// `iv` is the init scalar. Returns the `[m]` result's name.
-    fn reduce_split(&mut self, x: &Val, m: usize, n: usize, iv: &str, p: &Primitive) -> Result<String, Error> {
+    /// `iv` is the init scalar. Returns the `[m]` result (0-d when m = 1).
+    fn reduce_split(&mut self, x: &Val, m: usize, n: usize, iv: &str, p: &Primitive) -> Result<Val, Error> {
         let c = x.aval().dtype;
         let parts = REDUCE_SPLIT_PARTS;
         let (cl, rest) = (n / parts, n % parts);
-        let x2a = ShapedArray::new(&[m, n], c);
+        // One result: no leading dim, so the partials' loop is the outermost one.
+        let lead: Vec<usize> = if m == 1 { vec![] } else { vec![m] };
+        let k = lead.len();
+        let sh = |tail: &[usize]| ShapedArray::new(&[lead.as_slice(), tail].concat(), c);
+        let x2a = sh(&[n]);
         let x2 = self.reshape(x, &x2a)?;
         let x2t = self.tensor(&x2);
-        let main_a = ShapedArray::new(&[m, parts * cl], c);
+        let (zeros, ones) = (vec!["0"; k + 1].join(", "), vec!["1"; k + 1].join(", "));
+        let lead_s: String = lead.iter().map(|d| format!("{d}, ")).collect();
+        let main_a = sh(&[parts * cl]);
         let main = if rest == 0 {
             x2t.clone()
         } else {
-            self.e.op(&format!("tensor.extract_slice {x2t}[0, 0] [{m}, {}] [1, 1] : {} to {}", parts * cl, x2a.mlir_tensor(), main_a.mlir_tensor()))
+            self.e.op(&format!("tensor.extract_slice {x2t}[{zeros}] [{lead_s}{}] [{ones}] : {} to {}", parts * cl, x2a.mlir_tensor(), main_a.mlir_tensor()))
         };
-        let x3a = ShapedArray::new(&[m, parts, cl], c);
+        let x3a = sh(&[parts, cl]);
+        let reassoc = if k == 0 { "[[0, 1]]" } else { "[[0], [1, 2]]" };
         let x3 = self.e.op(&format!(
-            "tensor.expand_shape {main} [[0], [1, 2]] output_shape [{m}, {parts}, {cl}] : {} into {}",
+            "tensor.expand_shape {main} {reassoc} output_shape [{lead_s}{parts}, {cl}] : {} into {}",
             main_a.mlir_tensor(),
             x3a.mlir_tensor()
         ));
-        let pa = ShapedArray::new(&[m, parts], c);
+        let pa = sh(&[parts]);
         let pfill = self.splat(iv, &pa);
-        let partial = self.reduce_op(p, &x3, &x3a, &pfill, &pa, &[2]);
-        let ma = ShapedArray::new(&[m], c);
+        let partial = self.reduce_op(p, &x3, &x3a, &pfill, &pa, &[k + 1]);
+        let ma = sh(&[]);
         let mfill = self.splat(iv, &ma);
-        let s = self.reduce_op(p, &partial, &pa, &mfill, &ma, &[1]);
+        let s = self.reduce_op(p, &partial, &pa, &mfill, &ma, &[k]);
         if rest == 0 {
-            return Ok(s);
+            return Ok(Val::T(s, ma));
         }
-        let ta = ShapedArray::new(&[m, rest], c);
-        let tail = self.e.op(&format!("tensor.extract_slice {x2t}[0, {}] [{m}, {rest}] [1, 1] : {} to {}", parts * cl, x2a.mlir_tensor(), ta.mlir_tensor()));
-        Ok(self.reduce_op(p, &tail, &ta, &s, &ma, &[1]))
+        let ta = sh(&[rest]);
+        let off = if k == 0 { format!("{}", parts * cl) } else { format!("0, {}", parts * cl) };
+        let tail = self.e.op(&format!("tensor.extract_slice {x2t}[{off}] [{lead_s}{rest}] [{ones}] : {} to {}", x2a.mlir_tensor(), ta.mlir_tensor()));
+        let r = self.reduce_op(p, &tail, &ta, &s, &ma, &[k]);
+        Ok(Val::T(r, ma))
     }
 
     /// `dot_general`. Output dims are batch, lhs free, rhs free.
