@@ -23,6 +23,7 @@ mod analysis;
 mod gemm;
 mod inspect;
 mod memcpy;
+pub mod parallel;
 pub(crate) mod callbacks;
 pub mod context;
 mod tiered;
@@ -42,7 +43,8 @@ use crate::ir::ShapedArray;
 use crate::lower::{memref_of, LoweredModule};
 use crate::runtime::Buffer;
 use context::{context, run_pipeline, translate_to_llvm_ir, Diagnostics, Engine};
-use melior::ir::Module;
+use melior::ir::operation::OperationLike;
+use melior::ir::{BlockLike, Module};
 use smallvec::SmallVec;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -238,7 +240,42 @@ pub(crate) fn compile_in(module: &LoweredModule, opts: &CompileOptions, backgrou
     })
 }
 
+/// Compiles on all cores when the module has large loop nests (`parallel`), falling back
+/// to the single-threaded pipelines when that path tags nothing or fails.
 fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>, background: bool) -> Result<Executable, Error> {
+    if parallel::wants_parallel(&module.text) {
+        match compile_impl(module, opts, aliases.clone(), background, true) {
+            Ok(Some(e)) => return Ok(e),
+            r => {
+                if std::env::var_os("JAXREPL_DEBUG_PARALLEL").is_some() {
+                    eprintln!("parallel compile not used: {:?}", r.err());
+                }
+            }
+        }
+    }
+    compile_impl(module, opts, aliases, background, false).map(|e| e.expect("serial compiles always give an executable"))
+}
+
+/// Removes the transform schedule (`transform.named_sequence` ops) from `m`'s body.
+fn drop_transform_ops(m: &Module) {
+    let mut op = m.body().first_operation();
+    while let Some(o) = op {
+        op = o.next_in_block();
+        if o.name().as_string_ref().as_str().is_ok_and(|n| n.starts_with("transform.")) {
+            // SAFETY: `o` is an op of `m`'s body, detached and destroyed once; `op`
+            // already points past it.
+            unsafe {
+                mlir_sys::mlirOperationRemoveFromParent(o.to_raw());
+                mlir_sys::mlirOperationDestroy(o.to_raw());
+            }
+        }
+    }
+}
+
+/// One compile; with `par`, the multi-threaded path of `parallel`, which gives `Ok(None)`
+/// when no loop nest is large enough to split (its optimized IR is kept, since
+/// `optimized_ir()` would otherwise recompute the single-threaded pipeline's).
+fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>, background: bool, par: bool) -> Result<Option<Executable>, Error> {
     let src = with_entry(module, &aliases)?;
     let guard = if background { context::background_context() } else { context() };
     let ctx = &guard.ctx;
@@ -250,12 +287,31 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     t.parse = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
-    run_pipeline(ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
-    run_pipeline(ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
+    let optimized_ir = std::sync::OnceLock::new();
+    if par {
+        run_pipeline(ctx, &mut m, parallel::PIPELINE_FUSE, &diags)?;
+        let (tagged, k) = parallel::tag_parallel(&m.as_operation().to_string(), parallel::num_threads());
+        if k == 0 {
+            return Ok(None);
+        }
+        m = Module::parse(ctx, &tagged).ok_or_else(|| diags.error("the tagged module does not parse"))?;
+        run_pipeline(ctx, &mut m, "builtin.module(transform-interpreter)", &diags)?;
+        drop_transform_ops(&m);
+        run_pipeline(ctx, &mut m, parallel::PIPELINE_PAR_TO_LOOPS, &diags)?;
+        let _ = optimized_ir.set(m.as_operation().to_string());
+        run_pipeline(ctx, &mut m, parallel::PIPELINE_PAR_TO_LLVM, &diags)?;
+    } else {
+        run_pipeline(ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
+        run_pipeline(ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
+    }
     t.passes = t1.elapsed().as_secs_f64();
 
     let t2 = Instant::now();
-    let engine = Engine::create(&m, opts.opt_level, &[]).map_err(|e| diags.error(&e))?;
+    let libs: &[&str] = if par { &[parallel::LIBOMP] } else { &[] };
+    let engine = Engine::create(&m, opts.opt_level, libs).map_err(|e| diags.error(&e))?;
+    if par {
+        parallel::configure_libomp();
+    }
     t.engine = t2.elapsed().as_secs_f64();
 
     let t3 = Instant::now();
@@ -285,7 +341,7 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     };
     drop(diags);
     drop(guard);
-    Ok(Executable {
+    Ok(Some(Executable {
         engine,
         entry,
         in_avals: module.in_avals.clone(),
@@ -295,7 +351,7 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         donated: aliases.iter().map(Option::is_some).collect(),
         aliases,
         src,
-        optimized_ir: std::sync::OnceLock::new(),
+        optimized_ir,
         llvm_module,
         times: t,
         opt_level: opts.opt_level,
@@ -303,7 +359,7 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         runs: AtomicU64::new(0),
         site: crate::runtime::memory::site_id(&display_name(&module.text)),
         name: display_name(&module.text),
-    })
+    }))
 }
 
 /// `jit(f)` for a module `module @jit_f ...` (the name as `%profile` and the memory

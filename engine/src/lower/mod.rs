@@ -33,6 +33,7 @@ mod structured;
 pub(crate) mod tests;
 
 pub(crate) use emit::memref_of;
+pub use structured::{REDUCE_SPLIT_MAX_OUT, REDUCE_SPLIT_MIN, REDUCE_SPLIT_PARTS};
 
 use crate::error::Error;
 use crate::ir::{Atom, ClosedJaxpr, DType, Eqn, Jaxpr, Literal, Primitive, ShapedArray, Var};

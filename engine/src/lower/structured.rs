@@ -233,18 +233,35 @@ impl Lowerer {
         let d = a.dtype;
         let c = compute_dtype(d);
         let xc = self.cast_tensor(x, c)?;
-        let xt = self.tensor(&xc);
         let acc = ShapedArray::new(&out.shape, c);
-        let (init, op) = reduce_parts(p, c);
+        let (init, _) = reduce_parts(p, c);
         let iv = self.e.scalar_const(&init, c);
-        let fill = self.splat(&iv, &acc);
         let mut sorted = axes.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
+        let (m, kept_n) = (out.size(), a.ndim() - sorted.len());
+        let n = a.size() / m.max(1);
+        let trailing = sorted.iter().enumerate().all(|(i, &ax)| ax == kept_n + i);
+        if trailing && n >= REDUCE_SPLIT_MIN && m <= REDUCE_SPLIT_MAX_OUT {
+            let r = self.reduce_split(&xc, m, n, &iv, p)?;
+            let v = self.reshape(&r, &acc)?;
+            return self.cast_tensor(&v, d);
+        }
+        let xt = self.tensor(&xc);
+        let fill = self.splat(&iv, &acc);
+        let res = self.reduce_op(p, &xt, &ShapedArray::new(&a.shape, c), &fill, &acc, &sorted);
+        self.cast_tensor(&Val::T(res, acc), d)
+    }
+
+    /// One `linalg.reduce` of tensor `xt` (aval `xa`, compute dtype) over `dims` into the
+    /// init tensor `init` (aval `acc`); returns the result's name.
+    fn reduce_op(&mut self, p: &Primitive, xt: &str, xa: &ShapedArray, init: &str, acc: &ShapedArray, dims: &[usize]) -> String {
+        let c = xa.dtype;
+        let (_, op) = reduce_parts(p, c);
         let res = self.e.fresh("");
         let (i, o) = ("%in", "%acc");
-        let (ct, at) = (ShapedArray::new(&a.shape, c).mlir_tensor(), acc.mlir_tensor());
-        self.e.line(&format!("{res} = linalg.reduce ins({xt} : {ct}) outs({fill} : {at}) dimensions = {}", int_list(&sorted)));
+        let (ct, at) = (xa.mlir_tensor(), acc.mlir_tensor());
+        self.e.line(&format!("{res} = linalg.reduce ins({xt} : {ct}) outs({init} : {at}) dimensions = {}", int_list(dims)));
         self.e.line(&format!("  ({i}: {}, {o}: {}) {{", c.mlir(), c.mlir()));
         self.e.push();
         self.e.push();
@@ -255,7 +272,58 @@ impl Lowerer {
         self.e.pop();
         self.e.pop();
         self.e.line("  }");
-        self.cast_tensor(&Val::T(res, acc), d)
+        res
+    }
+
+    /// A reduction of `x` (compute dtype, `m * n` elements, the reduced axes trailing)
+    /// viewed as `[m, n]`, split so that its long inner loop can run on several threads:
+    /// the first `P·C` elements of each row (`P = REDUCE_SPLIT_PARTS`, `C = n / P`) are
+    /// viewed as `[m, P, C]` (`[P, C]` when m = 1) and reduced over `C` into `[m, P]` partials (a reduction
+    /// whose outer loops are parallel, so the compile stage can spread them over
+    /// threads), the partials are reduced in order into `[m]`, and the `n - P·C < P`
+    /// remaining elements of each row are reduced onto that. The order of operations is
+    /// fixed by the shapes alone, so results do not depend on the number of threads.
+    /// `iv` is the init scalar. Returns the `[m]` result (0-d when m = 1).
+    fn reduce_split(&mut self, x: &Val, m: usize, n: usize, iv: &str, p: &Primitive) -> Result<Val, Error> {
+        let c = x.aval().dtype;
+        let parts = REDUCE_SPLIT_PARTS;
+        let (cl, rest) = (n / parts, n % parts);
+        // One result: no leading dim, so the partials' loop is the outermost one.
+        let lead: Vec<usize> = if m == 1 { vec![] } else { vec![m] };
+        let k = lead.len();
+        let sh = |tail: &[usize]| ShapedArray::new(&[lead.as_slice(), tail].concat(), c);
+        let x2a = sh(&[n]);
+        let x2 = self.reshape(x, &x2a)?;
+        let x2t = self.tensor(&x2);
+        let (zeros, ones) = (vec!["0"; k + 1].join(", "), vec!["1"; k + 1].join(", "));
+        let lead_s: String = lead.iter().map(|d| format!("{d}, ")).collect();
+        let main_a = sh(&[parts * cl]);
+        let main = if rest == 0 {
+            x2t.clone()
+        } else {
+            self.e.op(&format!("tensor.extract_slice {x2t}[{zeros}] [{lead_s}{}] [{ones}] : {} to {}", parts * cl, x2a.mlir_tensor(), main_a.mlir_tensor()))
+        };
+        let x3a = sh(&[parts, cl]);
+        let reassoc = if k == 0 { "[[0, 1]]" } else { "[[0], [1, 2]]" };
+        let x3 = self.e.op(&format!(
+            "tensor.expand_shape {main} {reassoc} output_shape [{lead_s}{parts}, {cl}] : {} into {}",
+            main_a.mlir_tensor(),
+            x3a.mlir_tensor()
+        ));
+        let pa = sh(&[parts]);
+        let pfill = self.splat(iv, &pa);
+        let partial = self.reduce_op(p, &x3, &x3a, &pfill, &pa, &[k + 1]);
+        let ma = sh(&[]);
+        let mfill = self.splat(iv, &ma);
+        let s = self.reduce_op(p, &partial, &pa, &mfill, &ma, &[k]);
+        if rest == 0 {
+            return Ok(Val::T(s, ma));
+        }
+        let ta = sh(&[rest]);
+        let off = if k == 0 { format!("{}", parts * cl) } else { format!("0, {}", parts * cl) };
+        let tail = self.e.op(&format!("tensor.extract_slice {x2t}[{off}] [{lead_s}{rest}] [{ones}] : {} to {}", x2a.mlir_tensor(), ta.mlir_tensor()));
+        let r = self.reduce_op(p, &tail, &ta, &s, &ma, &[k]);
+        Ok(Val::T(r, ma))
     }
 
     /// `dot_general`. Output dims are batch, lhs free, rhs free.
@@ -445,6 +513,17 @@ impl Lowerer {
         Ok(())
     }
 }
+
+/// Reductions over trailing axes with at least this many elements per result (and at most
+/// [`REDUCE_SPLIT_MAX_OUT`] results) are split into [`REDUCE_SPLIT_PARTS`] partial
+/// reductions (see `Lowerer::reduce_split`), so that the compile stage can run them on
+/// several threads. Smaller reductions keep one sequential loop (and their summation order).
+pub const REDUCE_SPLIT_MIN: usize = 1 << 16;
+/// The most results a split reduction may have (more rows are parallel enough as they are).
+pub const REDUCE_SPLIT_MAX_OUT: usize = 64;
+/// Number of partial results of a split reduction: a constant, so results are the same on
+/// any number of threads.
+pub const REDUCE_SPLIT_PARTS: usize = 16;
 
 /// Products with fewer multiply-adds than this stay in MLIR loops; larger f32/f64 ones go
 /// to the GEMM runtime. Measured with `tests/src/bin/gemm_probe.rs` (see its docs); the

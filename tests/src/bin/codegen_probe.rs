@@ -76,11 +76,19 @@ fn main() {
         }
     }
     if args.iter().any(|a| a == "ir") {
-        let x = jnp::ones(&[n], DType::F32);
-        let f = if args.iter().any(|a| a == "sum") { jit(|x: Array| x.sum()) } else { jit(|x: Array| (x.clone() * 1.5 + 0.5).tanh() * x) };
+        let has = |c: &str| args.iter().any(|a| a == c);
+        let x = if has("softmax") { jnp::ones(&[4096, 1024], DType::F32) } else { jnp::ones(&[n], DType::F32) };
+        let f = if has("sum") {
+            jit(|x: Array| x.sum())
+        } else if has("softmax") {
+            jit(|x: Array| nn::softmax(&x, -1).unwrap())
+        } else {
+            jit(|x: Array| (x.clone() * 1.5 + 0.5).tanh() * x)
+        };
         let c = f.lower(&x).unwrap().compile().unwrap();
         println!("{}", c.as_text());
         std::fs::write("/tmp/probe_llvm.ll", c.llvm_ir().unwrap()).unwrap();
+        std::fs::write("/tmp/probe_asm.s", c.as_text_stage(jax::transform::stages::Stage::Asm).unwrap()).unwrap();
         let t = Instant::now();
         for _ in 0..5 {
             c.call(&x).unwrap().block_until_ready().unwrap();
