@@ -33,6 +33,10 @@ impl TextRepr for Array {
         }
         self.block_until_ready().err()
     }
+    /// The HTML table view (`display::html`) beside JAX's repr.
+    fn rich(&self) -> Vec<(&'static str, String)> {
+        self.html_repr().map(|h| ("text/html", h)).into_iter().collect()
+    }
 }
 impl TextRepr for ClosedJaxpr {
     fn text_repr(&self) -> String {
@@ -202,6 +206,7 @@ impl EvcxrDisplay for Error {
 /// Prepares the evaluation child: installs the interrupt handler (SIGUSR2).
 /// Idempotent; called by the session's prelude.
 pub fn init_session() {
+    crate::progress::set_enabled(true);
     if let Err(e) = crate::runtime::interrupt::install_handler() {
         eprintln!("jax: could not install the interrupt handler: {e}");
     }

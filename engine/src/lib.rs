@@ -16,6 +16,7 @@ pub mod nn;
 pub mod numpy;
 pub mod prelude;
 pub mod profiler;
+pub mod progress;
 pub mod random;
 pub mod runtime;
 pub mod trace;

@@ -17,6 +17,7 @@ use jaxrepl::{ExecStatus, Output};
 use jupyter_protocol::{
     DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteRequest, ExecuteResult,
     ExecutionCount, JupyterMessage, ReplyError, ReplyStatus, StreamContent, Transient,
+    UpdateDisplayData,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -33,16 +34,22 @@ pub struct OutputRouter {
     held: Option<Vec<(String, String)>>,
     /// The first error output of the cell, which the reply repeats.
     error: Option<ReplyError>,
+    /// Progress displays already created in this cell (their display ids).
+    progress_ids: Vec<String>,
 }
 
 impl OutputRouter {
     /// A router for the execute request `parent`, numbered `count`.
     pub fn new(parent: JupyterMessage, count: ExecutionCount, silent: bool, publish: Publisher) -> Self {
-        OutputRouter { parent, count, silent, publish, held: None, error: None }
+        OutputRouter { parent, count, silent, publish, held: None, error: None, progress_ids: Vec::new() }
     }
 
     /// Routes one output; outputs are published in the order they are pushed.
     pub fn push(&mut self, out: Output) {
+        if let Output::Progress { id, text, done } = out {
+            // Progress does not release a held display: it never follows the cell's value.
+            return self.send_progress(&id, &text, done);
+        }
         if let Some(display) = self.held.take() {
             self.send_display(display);
         }
@@ -51,6 +58,33 @@ impl OutputRouter {
             Output::Stderr(text) => self.send(StreamContent::stderr(&text)),
             Output::Display(bundle) => self.held = Some(bundle),
             Output::Error { ename, evalue, traceback } => self.send_error(ename, evalue, traceback),
+            Output::Progress { .. } => {}
+        }
+    }
+
+    /// A progress event: the first of an id is a `display_data` with a display id, later ones
+    /// `update_display_data` of it; the last empties it, so a saved notebook keeps no timing
+    /// text. Silent requests show no progress.
+    fn send_progress(&mut self, id: &str, text: &str, done: bool) {
+        if self.silent {
+            return;
+        }
+        let display_id = format!("jaxrepl-progress-{id}");
+        let body = if done { String::new() } else { text.to_string() };
+        let data = media(&[("text/plain".to_string(), body)]);
+        if self.progress_ids.iter().any(|d| d == &display_id) {
+            self.send(UpdateDisplayData {
+                data,
+                metadata: Default::default(),
+                transient: Transient { display_id: Some(display_id) },
+            });
+        } else if !done {
+            self.progress_ids.push(display_id.clone());
+            self.send(DisplayData {
+                data,
+                metadata: Default::default(),
+                transient: Some(Transient { display_id: Some(display_id) }),
+            });
         }
     }
 
@@ -238,6 +272,29 @@ mod tests {
         let e = r.finish(&ExecStatus::Interrupted).unwrap();
         assert_eq!(e.ename, "Interrupted");
         assert_eq!(drain(rx), ["error"]);
+    }
+
+    #[test]
+    fn progress_is_one_display_updated_in_place_and_emptied() {
+        let (mut r, mut rx) = router(false);
+        let progress = |text: &str, done: bool| Output::Progress { id: "compile-3".into(), text: text.into(), done };
+        r.push(progress("compiling jit(f): 1.0 s", false));
+        r.push(progress("compiling jit(f): 1.5 s", false));
+        r.push(plain("3"));
+        r.push(progress("compiled jit(f) in 1.6 s", true));
+        r.finish(&ExecStatus::Ok);
+        let mut seen = vec![];
+        while let Ok(m) = rx.try_recv() {
+            let v = serde_json::to_value(&m.content).unwrap();
+            seen.push((m.header.msg_type.clone(), v["data"]["text/plain"].clone(), v["transient"]["display_id"].clone()));
+        }
+        let id = serde_json::json!("jaxrepl-progress-compile-3");
+        assert_eq!(seen[0], ("display_data".to_string(), serde_json::json!("compiling jit(f): 1.0 s"), id.clone()));
+        assert_eq!(seen[1], ("update_display_data".to_string(), serde_json::json!("compiling jit(f): 1.5 s"), id.clone()));
+        assert_eq!(seen[2], ("update_display_data".to_string(), serde_json::json!(""), id));
+        // The cell's value is still its execute_result, after the progress events.
+        assert_eq!(seen[3].0, "execute_result");
+        assert_eq!(seen.len(), 4);
     }
 
     #[test]

@@ -286,6 +286,44 @@ def test_engine_cells_through_the_kernel(kernel):
     assert [m["msg_type"] for m in outputs] == ["error"]
 
 
+@prelude_off
+def test_arrays_carry_an_html_table(kernel):
+    _, kc = kernel
+    reply, outputs = run(kc, "jnp::arange(6.0).reshape(&[2, 3])")
+    assert reply["status"] == "ok", reply
+    results = [m for m in outputs if m["msg_type"] == "execute_result"]
+    assert len(results) == 1, outputs
+    data = results[0]["content"]["data"]
+    assert data["text/plain"] == "Array([[0., 1., 2.],\n       [3., 4., 5.]], dtype=float32)"
+    html = data["text/html"]
+    assert "<b>Array</b> float32[2,3]" in html, html
+    cells = [part.split(">", 1)[1].split("</td>", 1)[0] for part in html.split("<td")[1:]]
+    assert cells == ["0.", "1.", "2.", "3.", "4.", "5."], html
+
+
+@prelude_off
+def test_long_compiles_show_progress_that_is_emptied_at_the_end(kernel):
+    _, kc = kernel
+    # Announce every compile at once (the default waits a second).
+    assert run(kc, "jax::progress::set_show_after(std::time::Duration::ZERO);")[0]["status"] == "ok"
+    try:
+        reply, outputs = run(kc, "let g = jit(|x: Array| (x.cos() * 3.0).exp() + x);\ng.call(&jnp::arange(5.0))")
+    finally:
+        run(kc, "jax::progress::set_show_after(jax::progress::SHOW_AFTER);")
+    assert reply["status"] == "ok", reply
+    progress = [m for m in outputs if m["msg_type"] in ("display_data", "update_display_data")
+                and m["content"].get("transient", {}).get("display_id", "").startswith("jaxrepl-progress-compile-")]
+    assert progress, [m["msg_type"] for m in outputs]
+    first, last = progress[0], progress[-1]
+    assert first["msg_type"] == "display_data", progress
+    assert first["content"]["data"]["text/plain"].startswith("compiling jit("), first
+    assert last["msg_type"] == "update_display_data", progress
+    assert last["content"]["data"]["text/plain"] == "", last
+    # the value is still the cell's execute_result, after the progress
+    assert result_text(outputs).startswith("Array([")
+    assert outputs.index(progress[-1]) < next(i for i, m in enumerate(outputs) if m["msg_type"] == "execute_result")
+
+
 # ---------------------------------------------------------------- interrupt, signals
 
 

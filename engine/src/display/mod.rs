@@ -1,6 +1,7 @@
 //! Display model: plain text and MIME data for arrays, jaxprs and stage outputs.
 //! Invariant: nothing here knows about terminals or Jupyter; front ends render it.
 
+pub mod html;
 pub mod repr;
 
 use crate::ir::DType;
@@ -41,6 +42,11 @@ pub fn array_repr_of(b: &Buffer, weak_type: bool) -> String {
 /// numpy's `str` of an array held in `b`: `[0. 1.]`.
 pub fn array_str_of(b: &Buffer) -> String {
     with_data(b, |d| repr::array_str(d, b.shape()))
+}
+
+/// The HTML table view of an array held in `b` (see [`html::array_html`]).
+pub fn array_html_of(b: &Buffer, weak_type: bool) -> String {
+    with_data(b, |d| html::array_html(d, b.shape(), weak_type))
 }
 
 /// Escapes text for HTML.

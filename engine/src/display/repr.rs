@@ -602,6 +602,38 @@ fn extend_line(s: &mut String, line: &mut String, word: &str, width: usize, hang
     line.push_str(word);
 }
 
+/// The element texts of an array as numpy would print them (one common format, leading
+/// padding removed), with the indices shown along each axis: all of them, or numpy's
+/// edge items when the array has more than 1000 elements. Used by the HTML table view.
+///
+/// Returns `None` for an empty array or a shape that does not match the data.
+pub(crate) fn element_texts<'a>(data: ReprData<'a>, shape: &[usize]) -> Option<ElementTexts<'a>> {
+    if check_shape(&data, shape).is_some() || data.is_empty() {
+        return None;
+    }
+    let summarize = data.len() > THRESHOLD;
+    let mut shown = Vec::new();
+    collect_shown(&data, shape, 0, 0, summarize, &mut shown);
+    let format = make_format(&shown, shape.is_empty());
+    let strides = row_major_strides(shape);
+    let axes: Vec<(Vec<usize>, bool)> = shape.iter().map(|&n| shown_indices(n, summarize)).collect();
+    Some(ElementTexts { axes, strides, text: Box::new(move |offset| format_elem(data.get(offset), &format).trim().to_string()) })
+}
+
+/// What [`element_texts`] returns: per axis the shown indices and whether a gap ("…")
+/// follows the first `EDGEITEMS` of them, row-major strides, and the text of the element
+/// at a flat offset.
+pub(crate) struct ElementTexts<'a> {
+    pub axes: Vec<(Vec<usize>, bool)>,
+    pub strides: Vec<usize>,
+    pub text: Box<dyn Fn(usize) -> String + 'a>,
+}
+
+/// numpy's edge-item count (where a summarised axis shows its gap).
+pub(crate) const SUMMARY_EDGE: usize = EDGEITEMS;
+/// Arrays of at least this many bytes show only their shape (JAX 0.11.1's repr rule).
+pub(crate) const MAX_PRINT_BYTES: usize = JAX_MAX_PRINT_BYTES;
+
 #[cfg(test)]
 mod tests {
     //! Golden strings printed by numpy 2.4.6 and jax 0.10.2 (jax_enable_x64 on, so that f64 and

@@ -325,6 +325,17 @@ impl std::fmt::Debug for Array {
     }
 }
 
+impl Array {
+    /// The HTML table view of a concrete array (Jupyter's `text/html`; see
+    /// `display::html`). `None` for a tracer or an array whose computation failed.
+    pub fn html_repr(&self) -> Option<String> {
+        match &self.0 {
+            Repr::Tracer(_) => None,
+            Repr::Device(d) => d.wait().ok().map(|b| crate::display::array_html_of(&b, d.aval.weak_type)),
+        }
+    }
+}
+
 impl std::fmt::Display for Array {
     /// numpy's str: `[0. 1. 2.]`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -5,23 +5,27 @@
 //! Ctrl-C at the prompt clears the line; Ctrl-C while a cell runs interrupts it; Ctrl-D
 //! on an empty line exits. History is kept in `<cache>/history.txt`.
 
+use super::highlight::{self, Language};
 use super::term::Printer;
 use crate::session::{Completeness, ExecStatus, Session, SessionOptions, slots};
 use anyhow::Result;
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
-use rustyline::highlight::Highlighter;
+use rustyline::highlight::{CmdKind, Highlighter};
 use rustyline::hint::Hinter;
 use rustyline::history::DefaultHistory;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{CompletionType, Config, Context, Editor, Helper};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
-/// rustyline helper: validation and completion through the session.
+/// rustyline helper: validation and completion through the session, Rust highlighting.
 struct CellHelper {
     session: Rc<RefCell<Session>>,
+    /// Colour the input (a terminal, `NO_COLOR` unset).
+    color: bool,
 }
 
 impl Validator for CellHelper {
@@ -63,7 +67,19 @@ impl Hinter for CellHelper {
     type Hint = String;
 }
 
-impl Highlighter for CellHelper {}
+impl Highlighter for CellHelper {
+    fn highlight<'l>(&self, line: &'l str, _pos: usize) -> Cow<'l, str> {
+        if !self.color || line.is_empty() {
+            return Cow::Borrowed(line);
+        }
+        Cow::Owned(highlight::highlight(line, Language::Rust))
+    }
+
+    fn highlight_char(&self, _line: &str, _pos: usize, _kind: CmdKind) -> bool {
+        // Any edit can change the colours of the whole input (an opened string or comment).
+        self.color
+    }
+}
 
 impl Helper for CellHelper {}
 
@@ -83,11 +99,11 @@ pub fn run(opts: SessionOptions) -> Result<()> {
         .max_history_size(10_000)?
         .build();
     let mut editor: Editor<CellHelper, DefaultHistory> = Editor::with_config(config)?;
-    editor.set_helper(Some(CellHelper { session: session.clone() }));
+    let printer = Printer::from_env();
+    editor.set_helper(Some(CellHelper { session: session.clone(), color: printer.color }));
     let history = slots::cache_dir().join("history.txt");
     let _ = std::fs::create_dir_all(slots::cache_dir());
     let _ = editor.load_history(&history);
-    let printer = Printer::from_env();
     println!("jaxrepl: Rust cells on the jax engine. %help lists the magics; Ctrl-D exits.");
     if std::env::var_os("JAXREPL_TIMING").is_some() {
         eprintln!("[timing] prompt after {:.0} ms", started.elapsed().as_secs_f64() * 1e3);

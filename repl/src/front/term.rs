@@ -1,25 +1,59 @@
 //! Plain-text rendering of session outputs for a terminal or a pipe.
 
+use super::highlight;
 use crate::session::Output;
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether a progress status line is on the terminal now (it is cleared before any other
+/// output is printed).
+static STATUS_SHOWN: AtomicBool = AtomicBool::new(false);
 
 /// Where and how to print outputs.
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {
-    /// Colour error text (red) on stderr/stdout.
+    /// Colour error text (red) and IR outputs (jaxprs, MLIR, LLVM IR) on a terminal.
     pub color: bool,
+    /// Show progress events as a status line on stderr (a terminal), rewritten in place.
+    pub progress: bool,
 }
 
 impl Printer {
-    /// Colours when stdout is a terminal and `NO_COLOR` is unset or empty.
+    /// Colours when stdout is a terminal and `NO_COLOR` is unset or empty; progress when
+    /// stderr is a terminal and `JAXREPL_PROGRESS` is not `0`.
     pub fn from_env() -> Self {
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        Printer { color: !no_color && std::io::stdout().is_terminal() }
+        let progress_off = std::env::var("JAXREPL_PROGRESS").is_ok_and(|v| v == "0");
+        Printer {
+            color: !no_color && std::io::stdout().is_terminal(),
+            progress: !progress_off && std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Clears the progress status line if one is shown.
+    fn clear_status(&self) {
+        if STATUS_SHOWN.swap(false, Ordering::Relaxed) {
+            let _ = std::io::stderr().write_all(b"\r\x1b[2K");
+            let _ = std::io::stderr().flush();
+        }
     }
 
     /// Prints one output: streams as they are, displays as their `text/plain` (or a note
     /// naming the rich types), errors as their traceback, in red when colouring.
     pub fn print(&self, output: &Output) {
+        if let Output::Progress { text, done, .. } = output {
+            if self.progress {
+                self.clear_status();
+                if !done {
+                    let (on, off) = if self.color { ("\x1b[2m", "\x1b[0m") } else { ("", "") };
+                    let _ = write!(std::io::stderr(), "{on}{text}{off}");
+                    let _ = std::io::stderr().flush();
+                    STATUS_SHOWN.store(true, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
+        self.clear_status();
         let mut out = std::io::stdout().lock();
         match output {
             Output::Stdout(text) => {
@@ -30,7 +64,12 @@ impl Printer {
                 let _ = std::io::stderr().write_all(text.as_bytes());
             }
             Output::Display(items) => {
-                let _ = writeln!(out, "{}", display_text(items));
+                let text = display_text(items);
+                let text = match highlight::detect_ir(&text) {
+                    Some(lang) if self.color => highlight::highlight(&text, lang),
+                    _ => text,
+                };
+                let _ = writeln!(out, "{text}");
             }
             Output::Error { ename, evalue, traceback } => {
                 let lines: Vec<String> = if traceback.is_empty() {
@@ -43,6 +82,7 @@ impl Printer {
                     let _ = writeln!(out, "{on}{line}{off}");
                 }
             }
+            Output::Progress { .. } => {}
         }
         let _ = out.flush();
     }

@@ -181,6 +181,8 @@ impl Session {
 
     /// Evaluates `code` in the ready context, streaming outputs, and handles the result.
     fn run_cell(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> ExecStatus {
+        self.cells_run += 1;
+        let cell_number = self.cells_run;
         let State::Ready(ctx) = &mut self.state else {
             return ExecStatus::Error;
         };
@@ -195,6 +197,7 @@ impl Session {
             let mut killed = false;
             let mut last_probe: Option<Instant> = None;
             let mut grace_from: Option<Instant> = None;
+            let mut cell_build = CellBuildProgress::new(cell_number);
             loop {
                 let mut idle = true;
                 while let Ok(line) = outs.stdout.try_recv() {
@@ -202,12 +205,13 @@ impl Session {
                     idle = false;
                 }
                 while let Ok(line) = outs.stderr.try_recv() {
-                    sink(Output::Stderr(line + "\n"));
+                    sink(stderr_output(line));
                     idle = false;
                 }
                 if worker.is_finished() {
                     break;
                 }
+                cell_build.poll(sink);
                 let asked = *shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(at) = asked
                     && !killed
@@ -237,6 +241,7 @@ impl Session {
                     }
                 }
             }
+            cell_build.finish(sink);
             match worker.join() {
                 Ok(Ok(r)) => Ok(r),
                 _ => Err(()),
@@ -250,7 +255,7 @@ impl Session {
         }
         while Instant::now() < drain_until {
             match ctx.outputs.stderr.recv_timeout(Duration::from_millis(15)) {
-                Ok(line) => sink(Output::Stderr(line + "\n")),
+                Ok(line) => sink(stderr_output(line)),
                 Err(_) => break,
             }
         }
@@ -401,6 +406,74 @@ fn compiling_now() -> bool {
     false
 }
 
+/// A line from the child's stderr: an engine progress event (`jax::progress`'s wire
+/// format) or plain stderr text.
+pub(super) fn stderr_output(line: String) -> Output {
+    if let Some(json) = line.strip_prefix(PROGRESS_PREFIX)
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(json)
+        && let (Some(id), Some(text)) = (v["id"].as_u64(), v["text"].as_str())
+    {
+        return Output::Progress { id: format!("compile-{id}"), text: text.to_string(), done: v["done"].as_bool().unwrap_or(false) };
+    }
+    Output::Stderr(line + "\n")
+}
+
+/// The prefix of the engine's progress lines (`jax::progress::LINE_PREFIX`; the session
+/// does not link the engine, so the wire format is repeated here; both sides test it
+/// against the same literal line).
+pub const PROGRESS_PREFIX: &str = "\x1ejaxrepl-progress ";
+
+/// The delay before progress is shown: 1 s, or `JAXREPL_PROGRESS_AFTER_MS`.
+fn progress_after() -> Duration {
+    std::env::var("JAXREPL_PROGRESS_AFTER_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::from_secs(1), Duration::from_millis)
+}
+
+/// Progress of evcxr building a cell (cargo/rustc children of this process) that takes
+/// longer than a second (or `JAXREPL_PROGRESS_AFTER_MS`): updated every 0.5 s, done when
+/// the build is over or the cell ends.
+struct CellBuildProgress {
+    id: String,
+    started: Instant,
+    last_check: Option<Instant>,
+    shown: bool,
+    finished: bool,
+}
+
+impl CellBuildProgress {
+    fn new(cell: u64) -> Self {
+        CellBuildProgress { id: format!("cell-{cell}"), started: Instant::now(), last_check: None, shown: false, finished: false }
+    }
+
+    fn poll(&mut self, sink: &mut dyn FnMut(Output)) {
+        if self.finished || self.started.elapsed() < progress_after() {
+            return;
+        }
+        if self.last_check.is_some_and(|t| t.elapsed() < Duration::from_millis(500)) {
+            return;
+        }
+        self.last_check = Some(Instant::now());
+        if compiling_now() {
+            self.shown = true;
+            let text = format!("building the cell (cargo/rustc): {:.1} s", self.started.elapsed().as_secs_f64());
+            sink(Output::Progress { id: self.id.clone(), text, done: false });
+        } else {
+            // The build is over (or never ran): the cell itself is running now.
+            self.finish(sink);
+        }
+    }
+
+    fn finish(&mut self, sink: &mut dyn FnMut(Output)) {
+        if self.shown && !self.finished {
+            let text = format!("built the cell in {:.1} s", self.started.elapsed().as_secs_f64());
+            sink(Output::Progress { id: self.id.clone(), text, done: true });
+        }
+        self.finished = true;
+    }
+}
+
 /// Completion: static candidates plus rust-analyzer's when a context is available.
 pub(super) fn complete(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &str, cursor: usize) -> Completions {
     let cursor = clamp_to_boundary(code, cursor);
@@ -440,18 +513,72 @@ pub(super) fn complete(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &
     {
         if found.start_offset == result.start && found.end_offset == result.end {
             for c in &found.completions {
-                push(&c.code, &mut result.matches);
+                push(&plain_completion(&c.code), &mut result.matches);
             }
         } else if result.matches.is_empty() {
             // rust-analyzer replaces a different range (e.g. after a `.`): use its answer.
             let mut matches = Vec::new();
             for c in &found.completions {
-                push(&c.code, &mut matches);
+                push(&plain_completion(&c.code), &mut matches);
             }
             result = Completions { matches, start: found.start_offset, end: found.end_offset };
         }
     }
     result
+}
+
+/// A rust-analyzer completion as plain text: LSP snippet syntax (`$0`, `$1`,
+/// `${1:default}`, `${2|a,b|}`, `\$`) becomes what a user would type, keeping defaults
+/// (`sin(${1:x})$0` → `sin(x)`). Grammar: the LSP specification's "Snippet Syntax".
+pub(super) fn plain_completion(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let b: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            '\\' if i + 1 < b.len() && matches!(b[i + 1], '$' | '}' | '\\') => {
+                out.push(b[i + 1]);
+                i += 2;
+            }
+            '$' if i + 1 < b.len() && b[i + 1].is_ascii_digit() => {
+                i += 1;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+            }
+            '$' if i + 1 < b.len() && b[i + 1] == '{' => {
+                // ${N}, ${N:default}, ${N|a,b|}: keep the default (first choice).
+                let mut j = i + 2;
+                while j < b.len() && b[j].is_ascii_digit() {
+                    j += 1;
+                }
+                let mut depth = 1;
+                let mut k = j;
+                while k < b.len() && depth > 0 {
+                    match b[k] {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    k += 1;
+                }
+                // Closed: the inner text ends before the `}`; unclosed: it runs to the end.
+                let end = if depth == 0 { k - 1 } else { k };
+                let inner: String = b[j..end].iter().collect();
+                if let Some(default) = inner.strip_prefix(':') {
+                    out.push_str(&plain_completion(default));
+                } else if let Some(choices) = inner.strip_prefix('|') {
+                    out.push_str(choices.trim_end_matches('|').split(',').next().unwrap_or(""));
+                }
+                i = k;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// Inspection: a variable's type, else rust-analyzer's hover text.
@@ -485,3 +612,37 @@ const _: () = {
     assert_send::<Session>();
     assert_send::<super::InterruptHandle>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_lose_snippet_syntax() {
+        assert_eq!(plain_completion("sin()$0"), "sin()");
+        assert_eq!(plain_completion("reshape(${1:shape})$0"), "reshape(shape)");
+        assert_eq!(plain_completion("f(${1:a}, ${2:b})"), "f(a, b)");
+        assert_eq!(plain_completion("m!(${1|x,y|})"), "m!(x)");
+        assert_eq!(plain_completion("cost \\$5"), "cost $5");
+        assert_eq!(plain_completion("${1:outer ${2:inner}}"), "outer inner");
+        assert_eq!(plain_completion("plain_name"), "plain_name");
+        assert_eq!(plain_completion("bad ${1:unclosed"), "bad unclosed");
+        assert_eq!(plain_completion("$"), "$");
+    }
+
+    #[test]
+    fn engine_progress_lines_become_progress_outputs() {
+        // The same literal line the engine's own test checks (jax::progress::line).
+        let line = "\x1ejaxrepl-progress {\"id\":7,\"text\":\"compiling jit(f) \\\"x\\\"\",\"done\":false}".to_string();
+        assert_eq!(
+            stderr_output(line),
+            Output::Progress { id: "compile-7".into(), text: "compiling jit(f) \"x\"".into(), done: false }
+        );
+        let done = "\x1ejaxrepl-progress {\"id\":7,\"text\":\"compiled jit(f) in 1.2 s\",\"done\":true}".to_string();
+        assert!(matches!(stderr_output(done), Output::Progress { done: true, .. }));
+        // Anything else, including a malformed progress line, stays stderr text.
+        assert_eq!(stderr_output("warning: x".into()), Output::Stderr("warning: x\n".into()));
+        let bad = "\x1ejaxrepl-progress {not json".to_string();
+        assert_eq!(stderr_output(bad.clone()), Output::Stderr(bad + "\n"));
+    }
+}

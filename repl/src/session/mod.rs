@@ -108,6 +108,19 @@ pub enum Output {
         /// Lines to show (plain text, no colour codes).
         traceback: Vec<String>,
     },
+    /// Progress of a long step (an engine compile over a second, a cell build): shown while
+    /// it runs and cleared when `done`. `id` stays the same across one step's events
+    /// (`compile-N` for engine compiles, `cell-N` for cell builds). Transient: the terminal
+    /// rewrites one status line, Jupyter updates one display in place and empties it at the
+    /// end, and scripts and pipes show nothing.
+    Progress {
+        /// Names the step.
+        id: String,
+        /// `compiling jit(f) (MLIR → LLVM → native): 1.5 s`.
+        text: String,
+        /// The step ended (last event of `id`).
+        done: bool,
+    },
 }
 
 /// How a cell ended.
@@ -168,6 +181,8 @@ pub struct Session {
     shared: Arc<Shared>,
     vars: Vec<(String, String)>,
     notes: Vec<Output>,
+    /// Cells run so far (names progress events of cell builds).
+    cells_run: u64,
 }
 
 impl Session {
@@ -193,6 +208,7 @@ impl Session {
             shared,
             vars: Vec::new(),
             notes: Vec::new(),
+            cells_run: 0,
         })
     }
 
