@@ -362,9 +362,9 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     }))
 }
 
-/// `jit(f)` for a module `module @jit_f ...` (the name as `%profile` and the memory
-/// profile show it).
-fn display_name(text: &str) -> String {
+/// `jit(f)` for a module `module @jit_f ...` (the name as `%profile`, the memory
+/// profile and compile progress lines show it).
+pub fn display_name(text: &str) -> String {
     let name = text
         .split_once("module @")
         .map(|(_, r)| r.split(|c: char| c.is_whitespace() || c == '{').next().unwrap_or(""))

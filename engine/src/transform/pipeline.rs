@@ -164,7 +164,7 @@ pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(Execut
         })
         .map_err(|e| crate::error::Error::compile(format!("cannot start a compile thread: {e}")))?;
     // Long compiles are announced to an interactive session (crate::progress).
-    let mut watch = crate::progress::Watch::start(&module_display_name(&m.text));
+    let mut watch = crate::progress::Watch::start(&crate::compile::display_name(&m.text));
     loop {
         match rx.recv_timeout(std::time::Duration::from_millis(10)) {
             Ok(r) => return r.map(|exe| (exe, false)),
@@ -178,20 +178,6 @@ pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(Execut
                 return Err(crate::error::Error::compile("the compile thread stopped without a result (it panicked)"));
             }
         }
-    }
-}
-
-/// `jit(f)` for a module `module @jit_f …` (what progress lines call it).
-fn module_display_name(text: &str) -> String {
-    let name = text
-        .find("module @")
-        .map(|i| &text[i + 8..])
-        .and_then(|rest| rest.split(|c: char| c.is_whitespace() || c == '{').next())
-        .unwrap_or("");
-    match name.strip_prefix("jit_") {
-        Some(f) if !f.is_empty() => format!("jit({f})"),
-        _ if !name.is_empty() => name.to_string(),
-        _ => "a module".to_string(),
     }
 }
 
