@@ -79,6 +79,20 @@ pub fn update(name: &str, value: bool) -> Result<()> {
     }
 }
 
+/// Sets a flag that takes a value rather than a boolean, from text (JAX's
+/// `jax.config.update(name, "value")`): `jax_default_matmul_precision` (`"highest"`,
+/// `"high"`, `"default"`, `"bfloat16"`, `"tensorfloat32"`, `"float32"`, a
+/// `DotAlgorithmPreset` name such as `"BF16_BF16_F32"`, or `"none"`; env
+/// `JAX_DEFAULT_MATMUL_PRECISION`). Errors: `ValueError` for an unknown name or value.
+pub fn update_str(name: &str, value: &str) -> Result<()> {
+    match name {
+        "jax_default_matmul_precision" => crate::lax::precision::set_from_str(value),
+        _ => Err(Error::value_error(format!(
+            "unknown config option {name:?} for a text value; known: jax_default_matmul_precision"
+        ))),
+    }
+}
+
 /// Reads flag `name`. Errors for an unknown name.
 pub fn read(name: &str) -> Result<bool> {
     ALL.iter()

@@ -303,6 +303,111 @@ pub fn effects_barrier() -> Result<()> {
     dispatch::barrier()
 }
 
+/// `%precision [VALUE]`: with no value, shows `jax_default_matmul_precision`; with a
+/// value (`highest`, `high`, `default`, `bfloat16_3x`, a preset name such as
+/// `BF16_BF16_F32`, or `none`), sets it process-wide and shows the new value.
+/// Errors: `ValueError` for an unknown name.
+pub fn precision(value: &str) -> Result<Text> {
+    if !value.trim().is_empty() {
+        crate::lax::precision::set_from_str(value)?;
+    }
+    let shown = match crate::lax::precision::default_matmul_precision() {
+        None => "None".to_string(),
+        Some(p) => p.short(),
+    };
+    Ok(Text(format!(
+        "jax_default_matmul_precision = {shown}\n\
+         (on CPU the levels DEFAULT/HIGH/HIGHEST compute in the operands' precision; presets such as \
+         BF16_BF16_F32 are emulated: `%precision compare CALL` shows their error)"
+    )))
+}
+
+/// What `%precision compare` accepts as the call's result: an array or a `Result` of one.
+pub trait CompareOutput {
+    /// The array. Errors: the call's error.
+    fn into_array(self) -> Result<Array>;
+}
+impl CompareOutput for Array {
+    fn into_array(self) -> Result<Array> {
+        Ok(self)
+    }
+}
+impl CompareOutput for Result<Array> {
+    fn into_array(self) -> Result<Array> {
+        self
+    }
+}
+
+/// The presets `%precision compare` runs, after the `F64_F64_F64` reference.
+pub const COMPARED_PRESETS: &[&str] = &[
+    "DEFAULT",
+    "F32_F32_F32",
+    "TF32_TF32_F32_X3",
+    "BF16_BF16_F32_X9",
+    "BF16_BF16_F32_X6",
+    "BF16_BF16_F32_X3",
+    "TF32_TF32_F32",
+    "F16_F16_F32",
+    "BF16_BF16_F32",
+];
+
+/// One row of `%precision compare`: the precision, the error against the reference
+/// (`max|y - ref| / max|ref|`, over all elements) and the fastest of a few timed calls
+/// (seconds; the first, compiling call is not timed).
+#[derive(Clone, Debug)]
+pub struct PrecisionRow {
+    pub precision: String,
+    pub max_rel_error: f64,
+    pub secs: f64,
+}
+
+/// Runs `call` with `jax_default_matmul_precision` set to `F64_F64_F64` (the reference:
+/// every product accumulated in f64) and then to each of [`COMPARED_PRESETS`]; returns
+/// one row per preset. Only contractions at the default precision change (an explicit
+/// `precision=` in the call wins). Errors: the call's first error.
+pub fn precision_compare_rows<T: CompareOutput>(call: impl Fn() -> T) -> Result<Vec<PrecisionRow>> {
+    let run = |p: &str| -> Result<(Vec<f64>, f64)> {
+        let _g = crate::lax::precision::with_default_matmul_precision(if p == "DEFAULT" { None } else { Some(crate::ir::DotPrecision::parse(p)?) })?;
+        let y = call().into_array()?; // compiles
+        let v = y.buffer()?.to_f64_vec();
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            call().into_array()?.block()?;
+            best = best.min(t0.elapsed().as_secs_f64());
+            if crate::runtime::interrupt::take_if_set() {
+                return Err(Error::interrupted());
+            }
+        }
+        Ok((v, best))
+    };
+    let (reference, ref_secs) = run("F64_F64_F64")?;
+    let scale = reference.iter().fold(0f64, |m, x| m.max(x.abs()));
+    let mut rows = vec![PrecisionRow { precision: "F64_F64_F64 (reference)".into(), max_rel_error: 0.0, secs: ref_secs }];
+    for p in COMPARED_PRESETS {
+        let (v, secs) = run(p)?;
+        if v.len() != reference.len() {
+            return Err(Error::value_error("precision compare: the call's result changed shape between presets"));
+        }
+        let err = v.iter().zip(&reference).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+        let rel = if scale > 0.0 { err / scale } else { err };
+        rows.push(PrecisionRow { precision: p.to_string(), max_rel_error: rel, secs });
+    }
+    Ok(rows)
+}
+
+/// `%precision compare CALL`: a table of each preset's error against an f64-accumulated
+/// reference and its time (beyond JAX). See [`precision_compare_rows`].
+pub fn precision_compare<T: CompareOutput>(call: impl Fn() -> T) -> Result<Text> {
+    let rows = precision_compare_rows(call)?;
+    let mut s = format!("{:<26} {:>14} {:>12}\n", "precision", "max rel error", "time");
+    for r in &rows {
+        s.push_str(&format!("{:<26} {:>14.2e} {:>12}\n", r.precision, r.max_rel_error, format_time(r.secs)));
+    }
+    s.push_str("max rel error = max|y - y_ref| / max|y_ref|; time = fastest of 3 calls");
+    Ok(Text(s))
+}
+
 /// `%help`: the magics and the prelude's main names.
 pub fn help() -> Text {
     Text(
@@ -318,6 +423,8 @@ pub fn help() -> Text {
          \x20 %profile CALL   timeline (SVG in Jupyter) and summary table of what CALL ran\n\
          \x20 %memory        memory_stats() and live buffers by allocation site\n\
          \x20 %explain        why recent calls traced or compiled (trace / executable cache)\n\
+         \x20 %precision [V]  show/set jax_default_matmul_precision (highest, BF16_BF16_F32, none, ...)\n\
+         \x20 %precision compare CALL   each dot algorithm preset's error vs f64 and time\n\
          \x20 %help           this text\n\
          Engine: jnp::arange, jnp::linspace, jnp::zeros/ones/full, jit(|x: Array| ...), f.call(&x),\n\
          grad(f)(x), value_and_grad, jvp, vjp, vmap(f)(x), lax::cond/while_loop/fori_loop/scan, jax::random, jax::nn,\n\

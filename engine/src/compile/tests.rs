@@ -251,6 +251,7 @@ fn cost_analysis_matches_jax() {
         rhs_contracting: vec![0],
         lhs_batch: vec![],
         rhs_batch: vec![],
+        precision: None,
         preferred_element_type: None,
     };
     let o = b.op(dot, &[l, r], &[128, 64], DType::F32);

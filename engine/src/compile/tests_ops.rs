@@ -429,6 +429,7 @@ fn dot(lc: &[usize], rc: &[usize], lb: &[usize], rb: &[usize]) -> Primitive {
         rhs_contracting: rc.to_vec(),
         lhs_batch: lb.to_vec(),
         rhs_batch: rb.to_vec(),
+        precision: None,
         preferred_element_type: None,
     }
 }

@@ -158,6 +158,8 @@ pub enum Primitive {
         rhs_contracting: Vec<usize>,
         lhs_batch: Vec<usize>,
         rhs_batch: Vec<usize>,
+        /// `None`: the default (`jax_default_matmul_precision` when lowered)
+        precision: Option<super::precision::DotPrecision>,
         preferred_element_type: Option<DType>,
     },
     // -- transformations --

@@ -7,9 +7,11 @@ pub mod dtype;
 pub mod jaxpr;
 pub mod pretty;
 pub mod pretty_ops;
+pub mod precision;
 
 pub use array_ops::{ConvDims, CumOp, GatherDims, GatherMode, ScatterDims, ScatterOp, WindowOp};
 pub use aval::{ShapeDtypeStruct, ShapedArray};
 pub use dtype::{DType, Scalar};
 pub use jaxpr::{Atom, CallbackId, RematPolicy, RuleId, ClosedJaxpr, Eqn, Jaxpr, Literal, Primitive, SourceInfo, Var};
 pub use pretty::print_jaxpr;
+pub use precision::{DotAlgorithmPreset, DotPrecision, IntoPrecision, Precision};

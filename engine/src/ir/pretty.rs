@@ -114,7 +114,7 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
         ReduceSum { axes } | ReduceMax { axes } | ReduceMin { axes } => {
             vec![("axes".into(), py_tuple(axes)), ("out_sharding".into(), "None".into())]
         }
-        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, preferred_element_type } => vec![
+        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type } => vec![
             (
                 "dimension_numbers".into(),
                 format!(
@@ -125,7 +125,7 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
                     py_list(rhs_batch)
                 ),
             ),
-            ("precision".into(), "None".into()),
+            ("precision".into(), precision.map(|p| p.jaxpr_text()).unwrap_or("None".into())),
             (
                 "preferred_element_type".into(),
                 preferred_element_type.map(|d| d.name().to_string()).unwrap_or("None".into()),

@@ -4,6 +4,7 @@
 
 pub mod array_ops;
 pub mod control;
+pub mod precision;
 pub mod promotion;
 pub mod shape;
 pub mod shape_ops;
@@ -14,6 +15,8 @@ pub use control::{cond, fori_loop, fori_loop_dynamic, map, scan, switch, while_l
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Primitive, Scalar, ShapedArray};
+pub use crate::ir::{DotAlgorithmPreset, DotPrecision, IntoPrecision, Precision};
+pub use precision::{default_matmul_precision, set_default_matmul_precision, with_default_matmul_precision, DefaultPrecisionGuard};
 use crate::trace::{bind, Array, Operand};
 use std::panic::Location;
 
@@ -158,7 +161,8 @@ pub fn literal(v: Scalar) -> Operand {
     Operand::Lit(v.cast(dtype), ShapedArray::weak(&[], dtype))
 }
 
-/// `lax.dot_general`: contracting and batch dimension pairs.
+/// `lax.dot_general`: contracting and batch dimension pairs, at the default precision
+/// (see [`dot_general_with`]).
 #[track_caller]
 pub fn dot_general(
     x: &Array,
@@ -167,7 +171,36 @@ pub fn dot_general(
     batch: (&[usize], &[usize]),
     preferred_element_type: Option<DType>,
 ) -> Result<Array> {
+    dot_general_with(x, y, contracting, batch, None::<DotPrecision>, preferred_element_type)
+}
+
+/// `lax.dot_general(x, y, dimension_numbers, precision=, preferred_element_type=)`.
+/// `precision` is a [`Precision`] level, a `(lhs, rhs)` pair of levels, a
+/// [`DotAlgorithmPreset`], `None::<DotPrecision>` or a string (`"highest"`,
+/// `"BF16_BF16_F32_X3"`); it is printed in the jaxpr and honoured when compiled (levels
+/// compute in the operand precision on CPU, presets are emulated: see `lower/precision.rs`).
+/// Errors: `ValueError` for an unknown precision string, or a preset other than DEFAULT
+/// on non-float operands; the type rule's errors.
+#[track_caller]
+pub fn dot_general_with(
+    x: &Array,
+    y: &Array,
+    contracting: (&[usize], &[usize]),
+    batch: (&[usize], &[usize]),
+    precision: impl IntoPrecision,
+    preferred_element_type: Option<DType>,
+) -> Result<Array> {
+    let precision = precision.into_precision()?;
     let (dtype, _) = promote(&x.aval(), &y.aval());
+    if let Some(DotPrecision::Algorithm(p)) = precision {
+        if p != DotAlgorithmPreset::Default && !dtype.is_float() {
+            return Err(Error::value_error(format!(
+                "dot_general: the algorithm {} needs floating-point operands, got {}; use precision=None for integer dots",
+                p.name(),
+                dtype.name()
+            )));
+        }
+    }
     let x = match convert(Operand::Array(x.clone()), dtype, false)? {
         Operand::Array(a) => a,
         _ => unreachable!(),
@@ -182,6 +215,7 @@ pub fn dot_general(
             rhs_contracting: contracting.1.to_vec(),
             lhs_batch: batch.0.to_vec(),
             rhs_batch: batch.1.to_vec(),
+            precision,
             preferred_element_type: Some(preferred_element_type.unwrap_or(dtype)),
         },
         vec![Operand::Array(x), Operand::Array(y)],

@@ -137,7 +137,7 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             }
             Ok(vec![ShapedArray { shape, ..a.clone() }])
         }
-        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, preferred_element_type } => {
+        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, preferred_element_type, .. } => {
             arity(2)?;
             let (l, r) = (&ins[0], &ins[1]);
             if l.dtype != r.dtype {

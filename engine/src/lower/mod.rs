@@ -25,6 +25,7 @@ mod control;
 mod conv;
 mod emit;
 mod indexing;
+mod precision;
 mod scalar;
 mod shape_ops;
 mod sort;
@@ -438,9 +439,9 @@ impl Lowerer {
                 arity(1)?;
                 self.reduce(p, &ins[0], out, axes)
             }
-            DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, .. } => {
+            DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, .. } => {
                 arity(2)?;
-                self.dot(&ins[0], &ins[1], out, [lhs_contracting, rhs_contracting, lhs_batch, rhs_batch])
+                self.dot_precision(&ins[0], &ins[1], out, [lhs_contracting, rhs_contracting, lhs_batch, rhs_batch], *precision)
             }
             _ => self.array_op(p, ins, out),
         }

@@ -210,7 +210,7 @@ impl Lowerer {
     }
 
     /// Converts every element of `x` to `to` with an elementwise generic.
-    fn cast_tensor(&mut self, x: &Val, to: DType) -> Result<Val, Error> {
+    pub(super) fn cast_tensor(&mut self, x: &Val, to: DType) -> Result<Val, Error> {
         let from = x.aval().dtype;
         if from == to {
             return Ok(x.clone());

@@ -29,6 +29,14 @@ fn sum_unused(x: Array, labels: Vec<char>, keep: &[char]) -> Result<(Array, Vec<
 /// `jnp.einsum(spec, xs)`.
 #[track_caller]
 pub fn einsum(spec: &str, xs: &[Array]) -> Result<Array> {
+    einsum_with(spec, xs, None::<crate::ir::DotPrecision>)
+}
+
+/// `jnp.einsum(spec, xs, precision=...)`: every contraction gets `precision` (see
+/// `lax::dot_general_with`).
+#[track_caller]
+pub fn einsum_with(spec: &str, xs: &[Array], precision: impl crate::ir::IntoPrecision) -> Result<Array> {
+    let precision = precision.into_precision()?;
     let s: String = spec.chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, out) = match s.split_once("->") {
         Some((l, o)) => (l.to_string(), Some(o.to_string())),
@@ -89,7 +97,7 @@ pub fn einsum(spec: &str, xs: &[Array]) -> Result<Array> {
         let pos = |ls: &[char], c: &char| ls.iter().position(|d| d == c).unwrap();
         let (lb, rb): (Vec<usize>, Vec<usize>) = batch.iter().map(|c| (pos(&bl2, c), pos(&bl, c))).unzip();
         let (lc, rc): (Vec<usize>, Vec<usize>) = contract.iter().map(|c| (pos(&bl2, c), pos(&bl, c))).unzip();
-        let r = lax::dot_general(&acc2, &b, (&lc, &rc), (&lb, &rb), None)?;
+        let r = lax::dot_general_with(&acc2, &b, (&lc, &rc), (&lb, &rb), precision, None)?;
         let mut nl = batch.clone();
         nl.extend(bl2.iter().filter(|c| !shared.contains(c)));
         nl.extend(bl.iter().filter(|c| !shared.contains(c)));

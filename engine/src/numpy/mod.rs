@@ -9,7 +9,7 @@ pub mod manip;
 pub mod ops;
 pub mod reductions;
 
-pub use einsum::einsum;
+pub use einsum::{einsum, einsum_with};
 pub use elementwise::remainder as mod_;
 pub use elementwise::*;
 pub use indexing::{index, At, Index, IndexItem, ELLIPSIS, NEW_AXIS};
@@ -314,6 +314,16 @@ pub fn transpose(x: &Array, axes: Option<&[usize]>) -> Result<Array> {
 /// equal leading (batch) dimensions.
 #[track_caller]
 pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
+    matmul_with(a, b, None::<crate::ir::DotPrecision>)
+}
+
+/// `jnp.matmul(a, b, precision=...)`: `precision` is a `lax::Precision` level, a
+/// `(lhs, rhs)` pair, a `lax::DotAlgorithmPreset` or a string (`"highest"`,
+/// `"BF16_BF16_F32_X3"`); see `lax::dot_general_with`. Errors: as `matmul`, plus an
+/// unknown precision string.
+#[track_caller]
+pub fn matmul_with(a: &Array, b: &Array, precision: impl crate::ir::IntoPrecision) -> Result<Array> {
+    let precision = precision.into_precision()?;
     let (na, nb) = (a.ndim(), b.ndim());
     if na == 0 || nb == 0 {
         return Err(Error::value_error("matmul: operands must not be 0-d (use * for scalars)"));
@@ -331,7 +341,7 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
         )));
     }
     if na <= 2 && nb <= 2 {
-        return lax::dot_general(a, b, (&[ka], &[kb]), (&[], &[]), None);
+        return lax::dot_general_with(a, b, (&[ka], &[kb]), (&[], &[]), precision, None);
     }
     if na != nb || sa[..na - 2] != sb[..nb - 2] {
         return Err(Error::type_error(format!(
@@ -341,13 +351,19 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
         )));
     }
     let batch: Vec<usize> = (0..na - 2).collect();
-    lax::dot_general(a, b, (&[ka], &[kb]), (&batch, &batch), None)
+    lax::dot_general_with(a, b, (&[ka], &[kb]), (&batch, &batch), precision, None)
 }
 
 /// `jnp.dot(a, b)` (same as matmul for 1-d and 2-d operands).
 #[track_caller]
 pub fn dot(a: &Array, b: &Array) -> Result<Array> {
     matmul(a, b)
+}
+
+/// `jnp.dot(a, b, precision=...)` (see `matmul_with`).
+#[track_caller]
+pub fn dot_with(a: &Array, b: &Array, precision: impl crate::ir::IntoPrecision) -> Result<Array> {
+    matmul_with(a, b, precision)
 }
 
 macro_rules! unary_fns {

@@ -224,6 +224,7 @@ fn dot_transpose_lhs(
     xb: &[usize],
     yb: &[usize],
     swap_ans: bool,
+    precision: Option<crate::ir::DotPrecision>,
 ) -> Result<Array> {
     let x_kept = remaining(x.ndim(), xc, xb);
     let y_kept = remaining(y.ndim(), yc, yb);
@@ -240,6 +241,7 @@ fn dot_transpose_lhs(
             rhs_contracting: y_kept.clone(),
             lhs_batch: ans_batch,
             rhs_batch: yb.to_vec(),
+            precision,
             preferred_element_type: Some(x.dtype),
         },
         vec![arr(g), arr(y)],
@@ -332,9 +334,10 @@ pub fn vjp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ct: &Array) -> Res
             let g = lax::bind1(bshape, vec![arr(&div(ct, &cnt)?)])?;
             Ok(vec![back(0, mul(&g, &mask)?)?])
         }
-        DotGeneral { lhs_contracting: xc, rhs_contracting: yc, lhs_batch: xb, rhs_batch: yb, .. } => {
-            let dx = dot_transpose_lhs(ct, &avals[0], &ins[1], xc, yc, xb, yb, false)?;
-            let dy = dot_transpose_lhs(ct, &avals[1], &ins[0], yc, xc, yb, xb, true)?;
+        DotGeneral { lhs_contracting: xc, rhs_contracting: yc, lhs_batch: xb, rhs_batch: yb, precision, .. } => {
+            // The transposed products keep the forward algorithm (as JAX's rules do).
+            let dx = dot_transpose_lhs(ct, &avals[0], &ins[1], xc, yc, xb, yb, false, *precision)?;
+            let dy = dot_transpose_lhs(ct, &avals[1], &ins[0], yc, xc, yb, xb, true, *precision)?;
             Ok(vec![back(0, dx)?, back(1, dy)?])
         }
         StopGradient => Ok(vec![None]),

@@ -88,7 +88,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
         ReduceSum { axes } => one(lax::bind1(ReduceSum { axes: shift(axes) }, vec![arr(&ins[0].x)])?),
         ReduceMax { axes } => one(lax::bind1(ReduceMax { axes: shift(axes) }, vec![arr(&ins[0].x)])?),
         ReduceMin { axes } => one(lax::bind1(ReduceMin { axes: shift(axes) }, vec![arr(&ins[0].x)])?),
-        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, preferred_element_type } => {
+        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type } => {
             let (l, r) = (&ins[0], &ins[1]);
             let pet = *preferred_element_type;
             match (l.batched, r.batched) {
@@ -102,6 +102,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
                         rhs_contracting: shift(rhs_contracting),
                         lhs_batch: lb,
                         rhs_batch: rb,
+                        precision: *precision,
                         preferred_element_type: pet,
                     };
                     one(lax::bind1(p, vec![arr(&l.x), arr(&r.x)])?)
@@ -112,6 +113,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
                         rhs_contracting: rhs_contracting.clone(),
                         lhs_batch: shift(lhs_batch),
                         rhs_batch: rhs_batch.clone(),
+                        precision: *precision,
                         preferred_element_type: pet,
                     };
                     let y = lax::bind1(p, vec![arr(&l.x), arr(&r.x)])?;
@@ -123,6 +125,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
                         rhs_contracting: shift(rhs_contracting),
                         lhs_batch: lhs_batch.clone(),
                         rhs_batch: shift(rhs_batch),
+                        precision: *precision,
                         preferred_element_type: pet,
                     };
                     let y = lax::bind1(p, vec![arr(&l.x), arr(&r.x)])?;

@@ -52,7 +52,12 @@ fn key(prim: &Primitive, in_avals: &[&ShapedArray]) -> u64 {
 }
 
 /// Runs `prim` on `operands` now; `out_avals` come from its type rule.
-pub fn apply(prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedArray>) -> Result<Vec<Array>> {
+pub fn apply(mut prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedArray>) -> Result<Vec<Array>> {
+    // An eager dot at the default precision runs at the `jax_default_matmul_precision` in
+    // effect now: it becomes part of the primitive, so of the cache key.
+    if let Primitive::DotGeneral { precision: p @ None, .. } = &mut prim {
+        *p = crate::lax::precision::default_matmul_precision();
+    }
     let inputs: SmallVec<[Arc<DeviceArray>; 4]> = operands
         .into_iter()
         .map(|o| match o {

@@ -144,6 +144,9 @@ pub struct CacheEntry {
     /// Whether calls with ready inputs may run synchronously on the calling thread
     /// (`sync_ok`).
     pub sync: bool,
+    /// `jax_default_matmul_precision` when traced: part of the cache key, and in effect
+    /// while this entry is lowered.
+    pub matmul_precision: Option<crate::ir::DotPrecision>,
 }
 
 /// Whether a computation may run on the calling thread when its inputs are ready: it has
@@ -379,7 +382,10 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             return Ok(c);
         }
         let opts = StageOptions { donated: entry.donated.clone(), ..Default::default() };
-        let c = pipeline::compile_jaxpr(&entry.jaxpr, &self.inner.name, &opts)?;
+        let c = {
+            let _precision = crate::lax::precision::with_default_matmul_precision(entry.matmul_precision)?;
+            pipeline::compile_jaxpr(&entry.jaxpr, &self.inner.name, &opts)?
+        };
         warn_unusable_donations(&entry.jaxpr, &entry.donated);
         let _ = entry.compiled.set(c);
         Ok(entry.compiled.get().expect("just set"))
@@ -392,7 +398,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let h = signature_hash(flat);
         {
             let cache = self.inner.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = cache.get(&h).and_then(|v| v.iter().find(|(s, _)| s.matches(flat))) {
+            let mp = crate::lax::precision::default_matmul_precision();
+            if let Some(e) = cache.get(&h).and_then(|v| v.iter().find(|(s, e)| s.matches(flat) && e.matmul_precision == mp)) {
                 return Ok((e.1.clone(), false));
             }
         }
@@ -416,6 +423,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             trace_secs: t0.elapsed().as_secs_f64(),
             compiled: OnceLock::new(),
             sync,
+            matmul_precision: crate::lax::precision::default_matmul_precision(),
         });
         if config::log_compiles() {
             eprintln!("Finished tracing {} for jit in {:.9} sec", self.inner.name, entry.trace_secs);

@@ -51,6 +51,7 @@ impl<A: Pytree, R: Pytree> Traced<A, R> {
             Some(c) => c.lowered.clone(),
             None => {
                 let opts = StageOptions { donated: self.entry.donated.clone(), ..Default::default() };
+                let _precision = crate::lax::precision::with_default_matmul_precision(self.entry.matmul_precision)?;
                 Arc::new(pipeline::lower_closed(&self.entry.jaxpr, self.f.name(), &opts)?)
             }
         };

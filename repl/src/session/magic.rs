@@ -16,6 +16,9 @@ pub enum MagicArg {
     /// `%name [--stage NAME] CALL`: as `Call`; with `--stage NAME` the engine function
     /// `<function>_stage("NAME", || CALL)` is called instead (the engine checks the name).
     StageCall,
+    /// `%name [VALUE]` calls `<function>("VALUE")` (a word, or empty); `%name compare CALL`
+    /// calls `<function>_compare(|| CALL)` (`%precision`).
+    WordOrCompare,
 }
 
 /// One known magic.
@@ -43,6 +46,7 @@ pub const MAGICS: &[MagicSpec] = &[
     MagicSpec { name: "profile", function: "profile", arg: MagicArg::Call, summary: "run CALL under the profiler; show its timeline (SVG) and a summary table" },
     MagicSpec { name: "memory", function: "memory", arg: MagicArg::None, summary: "show memory_stats() and the live buffers by allocation site" },
     MagicSpec { name: "explain", function: "explain", arg: MagicArg::None, summary: "explain the last cache misses" },
+    MagicSpec { name: "precision", function: "precision", arg: MagicArg::WordOrCompare, summary: "show/set jax_default_matmul_precision (%precision highest|BF16_BF16_F32|none); %precision compare CALL: each preset's error and time" },
     MagicSpec { name: "help", function: "help", arg: MagicArg::None, summary: "list the magics" },
 ];
 
@@ -73,6 +77,7 @@ pub fn help_text() -> String {
         let usage = match m.arg {
             MagicArg::Call => format!("%{} CALL", m.name),
             MagicArg::StageCall => format!("%{} [--stage S] CALL", m.name),
+            MagicArg::WordOrCompare => format!("%{} [V|compare CALL]", m.name),
             MagicArg::None => format!("%{}", m.name),
         };
         text.push_str(&format!("  {usage:<16} {}\n", m.summary));
@@ -124,6 +129,29 @@ pub fn rewrite(cell: &str) -> Rewrite {
     // Keep everything before the magic (blank lines) so line numbers are unchanged.
     let prefix = &cell[..start];
     match spec.arg {
+        MagicArg::WordOrCompare => {
+            let a = arg.trim_start_matches([' ', '\t']);
+            if let Some(call) = a.strip_prefix("compare").filter(|r| r.is_empty() || r.starts_with(char::is_whitespace)) {
+                let body = call.trim_end();
+                let body = body.strip_suffix(';').unwrap_or(body).trim_end();
+                if body.trim().is_empty() {
+                    return Rewrite::Error(format!(
+                        "%{} compare needs an expression to run, e.g. `%{} compare f.call(&x)`",
+                        spec.name, spec.name
+                    ));
+                }
+                let body = body.strip_prefix([' ', '\t']).unwrap_or(body);
+                return Rewrite::Code(format!("{prefix}jax::magic::{}_compare(|| {body})", spec.function));
+            }
+            let word = a.trim();
+            if !word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Rewrite::Error(format!(
+                    "%{} takes a precision name (highest, high, default, BF16_BF16_F32, none, ...) or `compare CALL`, got `{word}`",
+                    spec.name
+                ));
+            }
+            Rewrite::Code(format!("{prefix}jax::magic::{}(\"{word}\")", spec.function))
+        }
         MagicArg::None => {
             if !arg.trim().is_empty() {
                 return Rewrite::Error(format!(
@@ -178,6 +206,15 @@ mod tests {
     }
 
     #[test]
+    fn precision_magic() {
+        assert_eq!(code("%precision"), "jax::magic::precision(\"\")");
+        assert_eq!(code("%precision highest\n"), "jax::magic::precision(\"highest\")");
+        assert_eq!(code("%precision compare f.call(&x);"), "jax::magic::precision_compare(|| f.call(&x))");
+        assert!(matches!(rewrite("%precision compare"), Rewrite::Error(_)));
+        assert!(matches!(rewrite("%precision a b"), Rewrite::Error(_)));
+    }
+
+    #[test]
     fn call_magics_become_closures() {
         assert_eq!(code("%jaxpr f.call(&x)"), "jax::magic::jaxpr(|| f.call(&x))");
         assert_eq!(code("%lower f.call(&x)\n"), "jax::magic::lower(|| f.call(&x))");
@@ -226,7 +263,7 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%jaxprr f.call(&x)") else { panic!() };
         assert_eq!(
             e,
-            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %profile, %memory, %explain, %help"
+            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %profile, %memory, %explain, %precision, %help"
         );
         let Rewrite::Error(e) = rewrite("%time") else { panic!() };
         assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)`");
