@@ -169,6 +169,8 @@ pub(crate) struct JitInner<A, R> {
     id: u64,
     donate_argnums: Vec<usize>,
     static_argnums: Vec<usize>,
+    /// `compiler_options` (JAX's `jit(f, compiler_options={...})`), checked at the first compile.
+    compiler_options: Vec<(String, String)>,
     /// Trace cache: signature hash (`signature_hash`) → the signatures with that hash.
     cache: Mutex<HashMap<u64, Vec<(Signature, Arc<CacheEntry>)>>>,
     seen: Mutex<Vec<Signature>>,
@@ -221,6 +223,7 @@ where
             id,
             donate_argnums: Vec::new(),
             static_argnums: Vec::new(),
+            compiler_options: Vec::new(),
             cache: Mutex::new(HashMap::new()),
             seen: Mutex::new(Vec::new()),
         }),
@@ -247,6 +250,25 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     pub fn donate_argnums(self, argnums: &[usize]) -> Self {
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("donate_argnums must be called right after jit"));
         Jitted { inner: Arc::new(JitInner { donate_argnums: argnums.to_vec(), ..inner }), _p: PhantomData }
+    }
+
+    /// Compiler options for this function (JAX's `jax.jit(f, compiler_options={...})`),
+    /// e.g. `.compiler_options(&[("optimization_level", "O3")])`: the keys and values of
+    /// `Lowered::compile_with` (`opt_level` 0–3, `optimization_level` O0–O3). They
+    /// override `JAXREPL_FLAGS` and are part of the executable-cache key. As in JAX an
+    /// unknown option is an error at the first call (`No such compile option: 'name'`).
+    /// Must be called right after `jit` (panics once the function is shared).
+    pub fn compiler_options(self, options: &[(&str, &str)]) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("compiler_options must be called right after jit"));
+        let compiler_options = options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Jitted { inner: Arc::new(JitInner { compiler_options, ..inner }), _p: PhantomData }
+    }
+
+    /// The LLVM optimisation level this function compiles at (its `compiler_options`,
+    /// else `JAXREPL_FLAGS`, else 2). Errors: an unknown option or bad value.
+    pub(crate) fn resolved_opt_level(&self) -> Result<u8> {
+        let opts: Vec<(&str, &str)> = self.inner.compiler_options.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        super::stages::parse_compiler_options(&opts)
     }
 
     /// Marks the arguments at positions `argnums` static (JAX's `static_argnums`;
@@ -381,7 +403,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         if let Some(c) = entry.compiled.get() {
             return Ok(c);
         }
-        let opts = StageOptions { donated: entry.donated.clone(), ..Default::default() };
+        let opts = StageOptions { donated: entry.donated.clone(), opt_level: Some(self.resolved_opt_level()?) };
         let c = {
             let _precision = crate::lax::precision::with_default_matmul_precision(entry.matmul_precision)?;
             pipeline::compile_jaxpr(&entry.jaxpr, &self.inner.name, &opts)?
@@ -577,7 +599,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             entry.out_tree.clone(),
             entry.donated.clone(),
             self.inner.static_argnums.clone(),
-        ))
+        )
+        .with_opt_level(self.resolved_opt_level()?))
     }
 }
 

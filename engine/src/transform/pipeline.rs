@@ -129,9 +129,51 @@ pub fn lower_closed(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result<
     lower::lower_jaxpr(&c, name, &LowerOptions { donated })
 }
 
+/// The process-wide compiler flags, `JAXREPL_FLAGS` (in the spirit of `XLA_FLAGS`):
+/// `--name=value` words separated by spaces, e.g. `JAXREPL_FLAGS='--opt_level=3'` or
+/// `'--optimization_level=O1'` (the keys of `compiler_options`; `--name` alone means
+/// `true`). Read at the first compile; the LLVM optimisation level every compile starts
+/// from (2 without the variable). Errors (at every compile while the variable is bad):
+/// `ValueError: JAXREPL_FLAGS: ...` with the option's own error.
+pub fn default_opt_level() -> Result<u8> {
+    static FLAGS: OnceLock<std::result::Result<u8, String>> = OnceLock::new();
+    let r = FLAGS.get_or_init(|| parse_flags(&std::env::var("JAXREPL_FLAGS").unwrap_or_default()));
+    r.clone().map_err(crate::error::Error::value_error)
+}
+
+/// Parses `JAXREPL_FLAGS` text into the optimisation level (see `default_opt_level`).
+pub(crate) fn parse_flags(text: &str) -> std::result::Result<u8, String> {
+    let mut level = 2u8;
+    for word in text.split_whitespace() {
+        let Some(flag) = word.strip_prefix("--") else {
+            return Err(format!("JAXREPL_FLAGS: expected --name=value, got '{word}'"));
+        };
+        let (k, v) = flag.split_once('=').unwrap_or((flag, "true"));
+        if let Err(e) = super::stages::apply_compiler_option(&mut level, k, v) {
+            return Err(format!("JAXREPL_FLAGS: {}", e.message));
+        }
+    }
+    Ok(level)
+}
+
+#[cfg(test)]
+mod flag_tests {
+    #[test]
+    fn jaxrepl_flags_parse() {
+        assert_eq!(super::parse_flags(""), Ok(2));
+        assert_eq!(super::parse_flags("--opt_level=3"), Ok(3));
+        assert_eq!(super::parse_flags(" --optimization_level=O1 "), Ok(1));
+        assert_eq!(super::parse_flags("--not_a_real_flag=1"), Err("JAXREPL_FLAGS: No such compile option: 'not_a_real_flag'".into()));
+        assert_eq!(super::parse_flags("opt_level=3"), Err("JAXREPL_FLAGS: expected --name=value, got 'opt_level=3'".into()));
+    }
+}
+
 /// Compiles a lowered module, through the executable cache.
 pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(ExecutableRef, bool)> {
-    let opt_level = opts.opt_level.unwrap_or(2);
+    let opt_level = match opts.opt_level {
+        Some(l) => l,
+        None => default_opt_level()?,
+    };
     let mut h = blake3::Hasher::new();
     h.update(m.text.as_bytes());
     h.update(&[opt_level]);

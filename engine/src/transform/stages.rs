@@ -109,24 +109,50 @@ impl std::str::FromStr for Stage {
     }
 }
 
-/// Parses `compile` options (JAX's `compiler_options`): only `opt_level` (LLVM's
-/// optimisation level, an integer 0–3; default 2) is known.
+/// Parses `compile` options (JAX's `compiler_options`) into LLVM's optimisation level,
+/// starting from the process-wide `JAXREPL_FLAGS` (else 2). Known keys:
+/// - `opt_level`: an integer 0–3;
+/// - `optimization_level`: JAX's `CompilerEffortLevel`, `O0`..`O3` (also
+///   `CompilerEffortLevel.O3`, or its values 9/19/29/39), mapped to -O0..-O3; `UNKNOWN`
+///   (or 0) keeps the default.
+///
 /// Errors: `ValueError` `No such compile option: 'name'` (XLA's text) for any other key,
-/// `ValueError` for an `opt_level` that is not an integer in 0..=3.
+/// `ValueError` naming the accepted values for a bad value; a bad `JAXREPL_FLAGS`.
 pub fn parse_compiler_options(options: &[(&str, &str)]) -> Result<u8> {
-    let mut opt_level = 2u8;
+    let mut opt_level = pipeline::default_opt_level()?;
     for (k, v) in options {
-        match *k {
-            "opt_level" => {
-                opt_level = match v.trim().parse::<u8>() {
-                    Ok(n) if n <= 3 => n,
-                    _ => return Err(Error::value_error(format!("opt_level must be an integer from 0 to 3, got '{v}'"))),
-                }
-            }
-            _ => return Err(Error::value_error(format!("No such compile option: '{k}'"))),
-        }
+        apply_compiler_option(&mut opt_level, k, v)?;
     }
     Ok(opt_level)
+}
+
+/// Applies one option `k = v` to `opt_level` (see `parse_compiler_options`).
+pub(crate) fn apply_compiler_option(opt_level: &mut u8, k: &str, v: &str) -> Result<()> {
+    match k {
+        "opt_level" => {
+            *opt_level = match v.trim().parse::<u8>() {
+                Ok(n) if n <= 3 => n,
+                _ => return Err(Error::value_error(format!("opt_level must be an integer from 0 to 3, got '{v}'"))),
+            }
+        }
+        "optimization_level" => {
+            let name = v.trim().trim_start_matches("CompilerEffortLevel.");
+            match name {
+                "O0" | "9" => *opt_level = 0,
+                "O1" | "19" => *opt_level = 1,
+                "O2" | "29" => *opt_level = 2,
+                "O3" | "39" => *opt_level = 3,
+                "UNKNOWN" | "0" => {}
+                _ => {
+                    return Err(Error::value_error(format!(
+                        "optimization_level must be a CompilerEffortLevel (UNKNOWN, O0, O1, O2, O3), got '{v}'"
+                    )))
+                }
+            }
+        }
+        _ => return Err(Error::value_error(format!("No such compile option: '{k}'"))),
+    }
+    Ok(())
 }
 
 /// A lowered function: an MLIR module in upstream dialects at tensor level.
