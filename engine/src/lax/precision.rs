@@ -8,40 +8,72 @@
 //! lowers again (JAX keeps the setting in jit's cache key the same way).
 
 use crate::error::Result;
-use crate::ir::{DotPrecision, IntoPrecision};
-use std::sync::{Mutex, OnceLock};
+use crate::ir::{DotAlgorithmPreset, DotPrecision, IntoPrecision, Precision};
+use std::sync::atomic::{AtomicU8, Ordering};
 
-fn cell() -> &'static Mutex<Option<DotPrecision>> {
-    static C: OnceLock<Mutex<Option<DotPrecision>>> = OnceLock::new();
-    C.get_or_init(|| {
-        // JAX_DEFAULT_MATMUL_PRECISION at first use; an unparsable value is reported once
-        // on stderr and ignored (the flag stays unset).
-        let v = match std::env::var("JAX_DEFAULT_MATMUL_PRECISION") {
-            Ok(s) if !s.trim().is_empty() && !s.eq_ignore_ascii_case("none") => match DotPrecision::parse(s.trim()) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    eprintln!("JAX_DEFAULT_MATMUL_PRECISION ignored: {e}");
-                    None
-                }
-            },
-            _ => None,
-        };
-        Mutex::new(v)
-    })
+/// The default, encoded (see `encode`) so that the per-call cache lookup reads one atomic;
+/// `UNREAD` until the environment variable has been read.
+static STATE: AtomicU8 = AtomicU8::new(UNREAD);
+const UNREAD: u8 = u8::MAX;
+const LEVELS: [Precision; 3] = [Precision::Default, Precision::High, Precision::Highest];
+
+fn encode(p: Option<DotPrecision>) -> u8 {
+    let level = |l: Precision| LEVELS.iter().position(|&x| x == l).unwrap_or(0) as u8;
+    match p {
+        None => 0,
+        Some(DotPrecision::Levels(a, b)) => 1 + 3 * level(a) + level(b),
+        Some(DotPrecision::Algorithm(a)) => 16 + DotAlgorithmPreset::ALL.iter().position(|&x| x == a).unwrap_or(0) as u8,
+    }
+}
+
+fn decode(s: u8) -> Option<DotPrecision> {
+    match s {
+        0 => None,
+        1..=9 => Some(DotPrecision::Levels(LEVELS[(s as usize - 1) / 3], LEVELS[(s as usize - 1) % 3])),
+        16.. => DotAlgorithmPreset::ALL.get(s as usize - 16).map(|&a| DotPrecision::Algorithm(a)),
+        _ => None,
+    }
+}
+
+fn state() -> u8 {
+    let s = STATE.load(Ordering::Relaxed);
+    if s != UNREAD {
+        return s;
+    }
+    // JAX_DEFAULT_MATMUL_PRECISION at first use; an unparsable value is reported on
+    // stderr and ignored (the flag stays unset).
+    let v = match std::env::var("JAX_DEFAULT_MATMUL_PRECISION") {
+        Ok(s) if !s.trim().is_empty() && !s.eq_ignore_ascii_case("none") => match DotPrecision::parse(s.trim()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("JAX_DEFAULT_MATMUL_PRECISION ignored: {e}");
+                None
+            }
+        },
+        _ => None,
+    };
+    let e = encode(v);
+    let _ = STATE.compare_exchange(UNREAD, e, Ordering::Relaxed, Ordering::Relaxed);
+    STATE.load(Ordering::Relaxed)
 }
 
 /// The current default (`None`: the backend's default; on CPU every level computes in
 /// the operands' precision).
 pub fn default_matmul_precision() -> Option<DotPrecision> {
-    *cell().lock().unwrap_or_else(|e| e.into_inner())
+    decode(state())
+}
+
+fn store(v: Option<DotPrecision>) -> Option<DotPrecision> {
+    let previous = default_matmul_precision();
+    STATE.store(encode(v), Ordering::Relaxed);
+    previous
 }
 
 /// Sets `jax_default_matmul_precision` process-wide: a level (`"highest"`,
 /// `Precision::High`, ...), a preset (`"BF16_BF16_F32"`), or `None::<DotPrecision>` / `"none"` to clear.
 /// Errors: `ValueError` for an unknown string.
 pub fn set_default_matmul_precision(v: impl IntoPrecision) -> Result<()> {
-    let v = v.into_precision()?;
-    *cell().lock().unwrap_or_else(|e| e.into_inner()) = v;
+    store(v.into_precision()?);
     Ok(())
 }
 
@@ -53,7 +85,7 @@ pub struct DefaultPrecisionGuard {
 
 impl Drop for DefaultPrecisionGuard {
     fn drop(&mut self) {
-        *cell().lock().unwrap_or_else(|e| e.into_inner()) = self.previous;
+        store(self.previous);
     }
 }
 
@@ -62,9 +94,7 @@ impl Drop for DefaultPrecisionGuard {
 /// `_g` is dropped (end of the block or cell). The override is process-wide (the engine
 /// traces on one thread). Errors: `ValueError` for an unknown string.
 pub fn with_default_matmul_precision(v: impl IntoPrecision) -> Result<DefaultPrecisionGuard> {
-    let v = v.into_precision()?;
-    let mut c = cell().lock().unwrap_or_else(|e| e.into_inner());
-    let previous = std::mem::replace(&mut *c, v);
+    let previous = store(v.into_precision()?);
     Ok(DefaultPrecisionGuard { previous })
 }
 
@@ -75,4 +105,24 @@ pub(crate) fn set_from_str(s: &str) -> Result<()> {
         return set_default_matmul_precision(None::<DotPrecision>);
     }
     set_default_matmul_precision(DotPrecision::parse(s)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_precision_round_trips_through_the_encoding() {
+        let mut all = vec![None];
+        for a in LEVELS {
+            for b in LEVELS {
+                all.push(Some(DotPrecision::Levels(a, b)));
+            }
+        }
+        all.extend(DotAlgorithmPreset::ALL.iter().map(|&p| Some(DotPrecision::Algorithm(p))));
+        for p in all {
+            assert_eq!(decode(encode(p)), p);
+            assert_ne!(encode(p), UNREAD);
+        }
+    }
 }
