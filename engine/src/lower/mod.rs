@@ -206,13 +206,18 @@ fn fold_dot_transposes(j: &Jaxpr) -> Option<Vec<Eqn>> {
     let mut drop = vec![false; eqns.len()];
     for (d, t) in folds {
         let dot = &j.eqns[d];
-        if let Primitive::DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, preferred_element_type } = &dot.primitive {
+        if let Primitive::DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type } = &dot.primitive {
             eqns[d] = Eqn {
                 primitive: Primitive::DotGeneral {
                     lhs_contracting: rhs_contracting.clone(),
                     rhs_contracting: lhs_contracting.clone(),
                     lhs_batch: rhs_batch.clone(),
                     rhs_batch: lhs_batch.clone(),
+                    // The operands swap, so do per-operand levels.
+                    precision: precision.map(|p| match p {
+                        crate::ir::DotPrecision::Levels(a, b) => crate::ir::DotPrecision::Levels(b, a),
+                        other => other,
+                    }),
                     preferred_element_type: *preferred_element_type,
                 },
                 inputs: vec![dot.inputs[1].clone(), dot.inputs[0].clone()],

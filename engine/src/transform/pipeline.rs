@@ -241,7 +241,7 @@ pub fn compile_jaxpr(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result
     if config::log_compiles() && !cache_hit {
         eprintln!("Finished jaxpr to MLIR module conversion jit({name}) in {lower_secs:.9} sec");
         let tier = match executable.tier() {
-            1 => format!("tier 1, LLVM O{}; tier 2 at O{} compiles in the background from the second call", executable.running_opt_level(), opts.opt_level.unwrap_or(2)),
+            1 => format!("tier 1, LLVM O{}; tier 2 at O{} compiles in the background from the second call", executable.running_opt_level(), opts.opt_level.unwrap_or_else(|| default_opt_level().unwrap_or(2))),
             _ => format!("tier 2, LLVM O{}", executable.running_opt_level()),
         };
         eprintln!("Finished MLIR compilation of jit({name}) in {compile_secs:.9} sec ({tier})");
