@@ -1,0 +1,32 @@
+//! Placement with the default single device (`jax_num_cpu_devices` unset): the device
+//! API works and behaves as JAX does with one CPU device.
+
+use jax::prelude::*;
+
+#[test]
+fn one_device_by_default() {
+    let x = jnp::arange(4.0);
+    assert_eq!(format!("{:?}", devices()), "[CpuDevice(id=0)]");
+    assert_eq!(device_count(), 1);
+    assert!(!x.committed());
+    assert_eq!(format!("{:?}", x.sharding().unwrap()), "SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=device)");
+    assert_eq!(typeof_(&x).to_string(), "float32[4]");
+    let c = device_put(&x, devices()[0]).unwrap();
+    assert!(c.committed());
+    assert_eq!((&c + &x).to_vec::<f32>().unwrap(), vec![0.0, 2.0, 4.0, 6.0]);
+    assert!(Device::new(1).is_err());
+    assert_eq!(make_mesh(&[2], &["x"], None).unwrap_err().kind, ErrorKind::Value);
+    let mesh = make_mesh(&[1], &["x"], None).unwrap();
+    assert_eq!(mesh.to_string(), "Mesh('x': 1, axis_types=(Explicit,))");
+    let xs = device_put(&x, NamedSharding::new(&mesh, P!("x")).unwrap()).unwrap();
+    assert_eq!(typeof_(&xs).to_string(), "float32[4@x]");
+    let shards = xs.addressable_shards().unwrap();
+    assert_eq!(shards.len(), 1);
+    assert_eq!(shards[0].index, vec![Some((0, 4))]);
+    assert_eq!(shards[0].data.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0, 3.0]);
+    let f = jit(|a: Array| &a * 3.0);
+    let y = f.call(&xs).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 3.0, 6.0, 9.0]);
+    assert!(y.committed());
+    effects_barrier().unwrap();
+}
