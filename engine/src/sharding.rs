@@ -1039,3 +1039,93 @@ impl Array {
             .collect())
     }
 }
+
+// ---------------------------------------------------------------- visualize_array_sharding
+
+/// `jax.debug.visualize_array_sharding(x, use_color=False)`: the text table of which
+/// devices hold which block of a 1-D or 2-D array, as JAX draws it with `rich` (box
+/// `SQUARE`, lines between rows, no padding; scale 1, `min_width` 9, `max_width` 80).
+/// Algorithm from `jax/_src/debugging.py::visualize_sharding`: base height 10, base width
+/// `int(10 * cols/rows)` (1-D: `int(10/len)`), a block's cell is
+/// `clamp(int(frac_w * base_width * 2.5), 9, 80)` characters wide less 2 and
+/// `int(frac_h * 10)` lines tall (1-D: 1), the label `CPU <sorted ids>` centred.
+/// Errors: JAX's `ValueError` for other ranks; tracers.
+pub fn visualize_array_sharding(x: &Array) -> Result<String> {
+    let d = match &x.0 {
+        Repr::Device(d) => d,
+        Repr::Tracer(_) => return Err(Error::type_error("visualize_array_sharding needs a concrete array")),
+    };
+    let shape = d.aval.shape.clone();
+    if shape.is_empty() || shape.len() > 2 {
+        return Err(Error::value_error("`visualize_sharding` only works for shapes with 1 and 2 dimensions."));
+    }
+    let blocks: Vec<(u32, Vec<(usize, usize, bool)>)> = match d.sharded_info() {
+        Some(sh) => sh.sharding.blocks(&shape)?,
+        None => vec![(d.placement.device, shape.iter().map(|&n| (0, n, true)).collect())],
+    };
+    let base_height = 10usize;
+    let aspect = if shape.len() == 2 { shape[1] as f64 / shape[0] as f64 } else { 1.0 / shape[0] as f64 };
+    let base_width = (base_height as f64 * aspect) as usize;
+    // (row, col) -> (device ids, width, height)
+    let mut cells: std::collections::BTreeMap<(usize, usize), (Vec<u32>, usize, usize)> = Default::default();
+    for (dev, idx) in blocks {
+        let frac = |i: usize, n: usize| idx[i].1 as f64 / n as f64;
+        let block_no = |i: usize| if idx[i].1 == 0 { 0 } else { idx[i].0 / idx[i].1 };
+        let (key, w, h) = if shape.len() == 2 {
+            ((block_no(0), block_no(1)), frac(1, shape[1]) * base_width as f64 * 2.5, (frac(0, shape[0]) * base_height as f64) as usize)
+        } else {
+            ((0, block_no(0)), frac(0, shape[0]) * base_width as f64 * 2.5, 1)
+        };
+        let w = (w as usize).clamp(9, 80);
+        let e = cells.entry(key).or_insert((vec![], w, h));
+        if !e.0.contains(&dev) {
+            e.0.push(dev);
+        }
+    }
+    let rows = cells.keys().map(|k| k.0).max().unwrap_or(0) + 1;
+    let cols = cells.keys().map(|k| k.1).max().unwrap_or(0) + 1;
+    // Each cell's lines before column alignment.
+    let mut grid: Vec<Vec<Vec<String>>> = vec![vec![vec![]; cols]; rows];
+    for (&(r, c), (ids, w, h)) in &cells {
+        let mut ids = ids.clone();
+        ids.sort();
+        let label = format!("CPU {}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+        let (l, rem) = div_mod(*w as i64 - label.chars().count() as i64 - 2, 2);
+        let (left, right) = (l.max(0) as usize, (l + rem).max(0) as usize);
+        let (t, rem) = div_mod(*h as i64 - 2, 2);
+        let (top, bottom) = (t.max(0) as usize, (t + rem).max(0) as usize);
+        let width = left + label.chars().count() + right;
+        let mut lines = vec![" ".repeat(width); top];
+        lines.push(format!("{}{label}{}", " ".repeat(left), " ".repeat(right)));
+        lines.extend(vec![" ".repeat(width); bottom]);
+        grid[r][c] = lines;
+    }
+    let col_w: Vec<usize> = (0..cols).map(|c| (0..rows).map(|r| grid[r][c].first().map(|s| s.chars().count()).unwrap_or(0)).max().unwrap_or(0)).collect();
+    let rule = |l: &str, m: &str, r: &str| format!("{l}{}{r}\n", col_w.iter().map(|w| "─".repeat(*w)).collect::<Vec<_>>().join(m));
+    let mut out = rule("┌", "┬", "┐");
+    for (r, row) in grid.iter().enumerate() {
+        let height = row.iter().map(|c| c.len()).max().unwrap_or(1);
+        for line in 0..height {
+            out.push('│');
+            for (c, cell) in row.iter().enumerate() {
+                // Vertically centred, horizontally centred in the column.
+                let off = (height - cell.len()) / 2;
+                let text = if line >= off && line - off < cell.len() { cell[line - off].clone() } else { String::new() };
+                let pad = col_w[c] - text.chars().count();
+                out.push_str(&format!("{}{text}{}│", " ".repeat(pad / 2), " ".repeat(pad - pad / 2)));
+            }
+            out.push('\n');
+        }
+        if r + 1 < rows {
+            out.push_str(&rule("├", "┼", "┤"));
+        }
+    }
+    out.push_str(&rule("└", "┴", "┘"));
+    Ok(out)
+}
+
+/// Python's `divmod` for integers (floor division).
+fn div_mod(a: i64, b: i64) -> (i64, i64) {
+    let q = a.div_euclid(b);
+    (q, a - q * b)
+}

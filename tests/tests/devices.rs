@@ -319,3 +319,144 @@ fn devices_have_their_own_concurrent_workers() {
     assert!(y.committed());
     effects_barrier().unwrap();
 }
+
+/// Tables copied verbatim from JAX 0.11.1 with rich (inventory §6.2 item 5).
+#[test]
+fn visualize_array_sharding_matches_jax() {
+    setup();
+    let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let x = Array::from_vec(arange(32), &[8, 4]).unwrap();
+    let vis = |spec: PartitionSpec, a: &Array| {
+        let s = device_put(a, NamedSharding::new(&mesh, spec).unwrap()).unwrap();
+        debug::visualize_array_sharding(&s).unwrap()
+    };
+    let t = |s: &str| s.lines().map(|l| l.trim_start()).collect::<Vec<_>>().join("\n") + "\n";
+    assert_eq!(
+        vis(P!("X", "Y"), &x),
+        t("┌───────┬───────┐
+           │ CPU 0 │ CPU 1 │
+           ├───────┼───────┤
+           │ CPU 2 │ CPU 3 │
+           ├───────┼───────┤
+           │ CPU 4 │ CPU 5 │
+           ├───────┼───────┤
+           │ CPU 6 │ CPU 7 │
+           └───────┴───────┘")
+    );
+    assert_eq!(
+        vis(P!("Y", "X"), &x),
+        t("┌───────┬───────┬───────┬───────┐
+           │       │       │       │       │
+           │ CPU 0 │ CPU 2 │ CPU 4 │ CPU 6 │
+           │       │       │       │       │
+           │       │       │       │       │
+           ├───────┼───────┼───────┼───────┤
+           │       │       │       │       │
+           │ CPU 1 │ CPU 3 │ CPU 5 │ CPU 7 │
+           │       │       │       │       │
+           │       │       │       │       │
+           └───────┴───────┴───────┴───────┘")
+    );
+    assert_eq!(
+        vis(P!("X", None), &x),
+        t("┌──────────┐
+           │ CPU 0,1  │
+           ├──────────┤
+           │ CPU 2,3  │
+           ├──────────┤
+           │ CPU 4,5  │
+           ├──────────┤
+           │ CPU 6,7  │
+           └──────────┘")
+    );
+    assert_eq!(
+        vis(P!(("X", "Y")), &x),
+        t("┌──────────┐
+           │  CPU 0   │
+           ├──────────┤
+           │  CPU 1   │
+           ├──────────┤
+           │  CPU 2   │
+           ├──────────┤
+           │  CPU 3   │
+           ├──────────┤
+           │  CPU 4   │
+           ├──────────┤
+           │  CPU 5   │
+           ├──────────┤
+           │  CPU 6   │
+           ├──────────┤
+           │  CPU 7   │
+           └──────────┘")
+    );
+    assert_eq!(
+        vis(P!(), &x),
+        t("┌───────────────────┐
+           │                   │
+           │                   │
+           │                   │
+           │                   │
+           │CPU 0,1,2,3,4,5,6,7│
+           │                   │
+           │                   │
+           │                   │
+           │                   │
+           └───────────────────┘")
+    );
+    let x1 = Array::from_vec(arange(8), &[8]).unwrap();
+    assert_eq!(
+        vis(P!("X"), &x1),
+        t("┌───────┬───────┬───────┬───────┐
+           │CPU 0,1│CPU 2,3│CPU 4,5│CPU 6,7│
+           └───────┴───────┴───────┴───────┘")
+    );
+    let x44 = Array::from_vec(arange(16), &[4, 4]).unwrap();
+    assert_eq!(
+        vis(P!(), &x44),
+        t("┌───────────────────────┐
+           │                       │
+           │                       │
+           │                       │
+           │                       │
+           │  CPU 0,1,2,3,4,5,6,7  │
+           │                       │
+           │                       │
+           │                       │
+           │                       │
+           └───────────────────────┘")
+    );
+    assert_eq!(
+        debug::visualize_array_sharding(&x44).unwrap(),
+        t("┌───────────────────────┐
+           │                       │
+           │                       │
+           │                       │
+           │                       │
+           │         CPU 0         │
+           │                       │
+           │                       │
+           │                       │
+           │                       │
+           └───────────────────────┘")
+    );
+    let m = make_mesh(&[4, 2], &["x", "y"], None).unwrap();
+    let b = device_put(&Array::from_vec(arange(64), &[16, 4]).unwrap(), NamedSharding::new(&m, P!("y", None)).unwrap()).unwrap();
+    assert_eq!(
+        debug::visualize_array_sharding(&b).unwrap(),
+        t("┌───────────┐
+           │           │
+           │CPU 0,2,4,6│
+           │           │
+           │           │
+           ├───────────┤
+           │           │
+           │CPU 1,3,5,7│
+           │           │
+           │           │
+           └───────────┘")
+    );
+    let a = device_put(&Array::from_vec(arange(128), &[8, 16]).unwrap(), NamedSharding::new(&m, P!("x", "y")).unwrap()).unwrap();
+    assert!(debug::visualize_array_sharding(&a).unwrap().starts_with("┌───────────────────────┬───────────────────────┐\n│         CPU 0         │         CPU 1         │\n"));
+    let e = debug::visualize_array_sharding(&Array::from_vec(arange(8), &[2, 2, 2]).unwrap()).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: `visualize_sharding` only works for shapes with 1 and 2 dimensions.");
+}
