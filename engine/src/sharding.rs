@@ -431,7 +431,7 @@ impl NamedSharding {
     /// For each device of the mesh (row-major), the block it holds of an array of `shape`:
     /// per dimension `(start, len, full)` (`full` when the dimension is not split).
     /// Errors: JAX's divisibility `ValueError`, or a spec longer than the rank.
-    pub(crate) fn blocks(&self, shape: &[usize]) -> Result<Vec<(u32, Vec<(usize, usize, bool)>)>> {
+    pub(crate) fn blocks(&self, shape: &[usize]) -> Result<Vec<(u32, BlockIndex)>> {
         if self.spec.0.len() > shape.len() {
             return Err(Error::value_error(format!(
                 "One of device_put args was given the sharding of {self:?}, which implies that it has a rank of at least {}, but it is {}",
@@ -552,6 +552,9 @@ impl fmt::Debug for Sharding {
 }
 
 // ---------------------------------------------------------------- sharded storage
+
+/// A block of an array: per dimension `(start, len, whole dimension)`.
+pub(crate) type BlockIndex = Vec<(usize, usize, bool)>;
 
 /// One shard's storage: its device, its block of the global array and its data.
 pub(crate) struct ShardBuf {
@@ -1015,7 +1018,7 @@ impl Array {
             let _ = sh.shards.set(v);
         }
         let shards = sh.shards.get().expect("set");
-        let mut seen: Vec<(&Vec<(usize, usize, bool)>, usize)> = vec![];
+        let mut seen: Vec<(&BlockIndex, usize)> = vec![];
         Ok(shards
             .iter()
             .map(|s| {
@@ -1059,7 +1062,7 @@ pub fn visualize_array_sharding(x: &Array) -> Result<String> {
     if shape.is_empty() || shape.len() > 2 {
         return Err(Error::value_error("`visualize_sharding` only works for shapes with 1 and 2 dimensions."));
     }
-    let blocks: Vec<(u32, Vec<(usize, usize, bool)>)> = match d.sharded_info() {
+    let blocks: Vec<(u32, BlockIndex)> = match d.sharded_info() {
         Some(sh) => sh.sharding.blocks(&shape)?,
         None => vec![(d.placement.device, shape.iter().map(|&n| (0, n, true)).collect())],
     };
@@ -1070,7 +1073,7 @@ pub fn visualize_array_sharding(x: &Array) -> Result<String> {
     let mut cells: std::collections::BTreeMap<(usize, usize), (Vec<u32>, usize, usize)> = Default::default();
     for (dev, idx) in blocks {
         let frac = |i: usize, n: usize| idx[i].1 as f64 / n as f64;
-        let block_no = |i: usize| if idx[i].1 == 0 { 0 } else { idx[i].0 / idx[i].1 };
+        let block_no = |i: usize| idx[i].0.checked_div(idx[i].1).unwrap_or(0);
         let (key, w, h) = if shape.len() == 2 {
             ((block_no(0), block_no(1)), frac(1, shape[1]) * base_width as f64 * 2.5, (frac(0, shape[0]) * base_height as f64) as usize)
         } else {

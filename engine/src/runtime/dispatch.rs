@@ -105,10 +105,8 @@ impl DeviceArray {
         }
     }
     pub fn is_ready(&self) -> bool {
-        if let Some(sh) = &self.sharded {
-            if sh.gather_on_wait {
-                return sh.shards_ready();
-            }
+        if let Some(sh) = self.sharded.as_deref().filter(|sh| sh.gather_on_wait) {
+            return sh.shards_ready();
         }
         !matches!(*self.state.lock().unwrap_or_else(|e| e.into_inner()), State::Pending)
     }
