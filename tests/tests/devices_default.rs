@@ -30,3 +30,17 @@ fn one_device_by_default() {
     assert!(y.committed());
     effects_barrier().unwrap();
 }
+
+#[test]
+fn placement_values_display_in_cells_with_jax_reprs() {
+    let mesh = make_mesh(&[1], &["x"], None).unwrap();
+    assert_eq!(mesh.text_repr(), "Mesh(axis_sizes=(1,), axis_names=('x',), axis_types=(Explicit,))");
+    assert_eq!(devices().text_repr(), "[CpuDevice(id=0)]");
+    assert_eq!(P!("x", None).text_repr(), "P('x', None)");
+    let xs = device_put(&jnp::arange(2.0), NamedSharding::new(&mesh, P!("x")).unwrap()).unwrap();
+    assert_eq!(typeof_(&xs).text_repr(), "ShapedArray(float32[2@x])");
+    assert_eq!(
+        xs.addressable_shards().unwrap().text_repr(),
+        "[Shard(device=CpuDevice(id=0), index=(slice(0, 2, None),), replica_id=0, data=[0. 1.])]"
+    );
+}
