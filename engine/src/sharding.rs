@@ -481,6 +481,17 @@ impl NamedSharding {
         Ok(out)
     }
 
+    /// For each device of the mesh (row-major), the part of an array of `shape` it holds:
+    /// per dimension `Some((start, stop))`, or `None` for a dimension that is not split
+    /// (JAX's `devices_indices_map`). Errors: as `device_put` (divisibility, rank).
+    pub fn devices_indices_map(&self, shape: &[usize]) -> Result<Vec<(Device, Vec<Option<(usize, usize)>>)>> {
+        Ok(self
+            .blocks(shape)?
+            .into_iter()
+            .map(|(d, idx)| (Device { id: d }, idx.iter().map(|&(a, n, full)| if full { None } else { Some((a, a + n)) }).collect()))
+            .collect())
+    }
+
     /// Whether every device holds the whole array.
     pub fn is_fully_replicated(&self) -> bool {
         self.spec.0.iter().all(|e| e.0.is_empty())

@@ -143,6 +143,11 @@ fn device_put_shards_round_trip() {
     let xa = device_put(&x, NamedSharding::new(&am, P!("x", "y")).unwrap()).unwrap();
     assert_eq!(typeof_(&xa).to_string(), "float32[8,4@y]");
 
+    // The map of blocks agrees with the shards.
+    let map = NamedSharding::new(&mesh, P!("x", None)).unwrap().devices_indices_map(&[8, 4]).unwrap();
+    assert_eq!(map.len(), 8);
+    assert_eq!(map[3], (devices()[3], vec![Some((2, 4)), None]));
+
     // Not divisible.
     let y = Array::from_vec(arange(6), &[6]).unwrap();
     let e = device_put(&y, NamedSharding::new(&make_mesh(&[4], &["x"], None).unwrap(), P!("x")).unwrap()).unwrap_err();

@@ -129,6 +129,9 @@ impl DeviceArray {
                     if let Some(sh) = self.sharded.as_deref().filter(|sh| sh.gather_on_wait) {
                         drop(s);
                         let r = sh.gather(&self.aval);
+                        if matches!(&r, Err(e) if e.kind == crate::error::ErrorKind::Interrupted) {
+                            return r; // the shards are still coming; a later wait gathers
+                        }
                         let mut s2 = self.state.lock().unwrap_or_else(|e| e.into_inner());
                         if matches!(*s2, State::Pending) {
                             *s2 = match &r {
