@@ -881,7 +881,7 @@ pub(crate) fn out_place<'a>(
     let Some((_, f)) = first else { return Ok(OutPlace::DEFAULT) };
     let sharded = inputs
         .filter(|d| d.placement.committed)
-        .find_map(|d| d.sharded_info().filter(|s| s.sharding.mesh.size() > 1).map(|s| (s.sharding.clone(), d.aval.shape.clone())));
+        .find_map(|d| d.sharded_info().map(|s| (s.sharding.clone(), d.aval.shape.clone())));
     Ok(OutPlace { placement: f.placement, sharded })
 }
 

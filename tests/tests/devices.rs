@@ -465,3 +465,40 @@ fn visualize_array_sharding_matches_jax() {
     let e = debug::visualize_array_sharding(&Array::from_vec(arange(8), &[2, 2, 2]).unwrap()).unwrap_err();
     assert_eq!(e.to_string(), "ValueError: `visualize_sharding` only works for shapes with 1 and 2 dimensions.");
 }
+
+/// The placement page's examples (inventory §5.2 items 2-6).
+#[test]
+fn placement_page_examples() {
+    setup();
+    let full = make_mesh(&[8], &["x"], None).unwrap();
+    assert_eq!(format!("{full:?}"), "Mesh(axis_sizes=(8,), axis_names=('x',), axis_types=(Explicit,))");
+    let x = jnp::arange(4.0);
+    assert!(!x.committed());
+    let devs = full.devices();
+    let mesh_a = Mesh::new(&devs[..1], &[1], &["x"], vec![AxisType::Explicit]).unwrap();
+    let mesh_b = Mesh::new(&devs[1..2], &[1], &["x"], vec![AxisType::Explicit]).unwrap();
+    let a = device_put(&Array::scalar(1.0f32), NamedSharding::new(&mesh_a, P!()).unwrap()).unwrap();
+    let b = device_put(&Array::scalar(2.0f32), NamedSharding::new(&mesh_b, P!()).unwrap()).unwrap();
+    assert!(a.committed());
+    assert_eq!(
+        panic_text(|| &a + &b),
+        "ValueError: Received incompatible devices for jitted computation. Got argument x of add with shape float32[] and with device ids [0] on platform CPU and argument y of add with shape float32[] and with device ids [1] on platform CPU"
+    );
+    // Uncommitted values follow.
+    let c = &a + &Array::scalar(3.0f32);
+    assert_eq!(
+        format!("{:?}", c.sharding().unwrap()),
+        "NamedSharding(mesh=Mesh('x': 1, axis_types=(Explicit,)), spec=P(), memory_kind=device)"
+    );
+    assert_eq!(c.item::<f32>().unwrap(), 4.0);
+    // device_put to another mesh moves the data.
+    let mesh_a4 = Mesh::new(&devs[..4], &[4], &["x"], vec![AxisType::Explicit]).unwrap();
+    let mesh_b4 = Mesh::new(&devs[4..], &[4], &["x"], vec![AxisType::Explicit]).unwrap();
+    let xa = device_put(&jnp::arange(8.0), NamedSharding::new(&mesh_a4, P!("x")).unwrap()).unwrap();
+    assert_eq!(typeof_(&xa).to_string(), "float32[8@x]");
+    let xb = device_put(&xa, NamedSharding::new(&mesh_b4, P!("x")).unwrap()).unwrap();
+    assert_eq!(xb.sharding().unwrap().mesh(), Some(&mesh_b4));
+    let ids: Vec<u32> = xb.addressable_shards().unwrap().iter().map(|s| s.device.id).collect();
+    assert_eq!(ids, vec![4, 5, 6, 7]);
+    assert_eq!(xb.to_vec::<f32>().unwrap(), arange(8));
+}
