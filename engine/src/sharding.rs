@@ -89,6 +89,20 @@ impl Device {
     pub fn device_kind(&self) -> &'static str {
         "cpu"
     }
+    /// The device's memory accounting (`device.memory_stats()`): bytes of the live arrays
+    /// it holds (an array's bytes count from its creation, pending or not, until it is
+    /// dropped or donated) and the most ever held.
+    pub fn memory_stats(&self) -> MemoryStats {
+        let (bytes_in_use, peak_bytes_in_use) = dispatch::memory::stats(self.id);
+        MemoryStats { bytes_in_use, peak_bytes_in_use }
+    }
+}
+
+/// A device's memory figures in bytes (keys of JAX's `memory_stats()` dict).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryStats {
+    pub bytes_in_use: usize,
+    pub peak_bytes_in_use: usize,
 }
 
 impl fmt::Debug for Device {

@@ -29,9 +29,30 @@ fn one_device_by_default() {
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 3.0, 6.0, 9.0]);
     assert!(y.committed());
     effects_barrier().unwrap();
+    drop((x, c, xs, shards, y));
+    placement_values_display_in_cells_with_jax_reprs();
+    memory_accounting();
 }
 
-#[test]
+/// One test function: the memory figures must not see other tests' arrays.
+fn memory_accounting() {
+    let d0 = devices()[0];
+    let before = d0.memory_stats().bytes_in_use;
+    let x = Array::from_vec((0..1000).map(|i| i as f32).collect(), &[1000]).unwrap();
+    assert_eq!(d0.memory_stats().bytes_in_use, before + 4000);
+    let y = jit(|a: Array| &a * 2.0).call(&x).unwrap();
+    y.block_until_ready().unwrap();
+    assert_eq!(d0.memory_stats().bytes_in_use, before + 8000);
+    assert!(d0.memory_stats().peak_bytes_in_use >= before + 8000);
+    // Donation: the donated input stops counting.
+    let z = jit(|a: Array| &a + 1.0).donate_argnums(&[0]).call(&y).unwrap();
+    z.block_until_ready().unwrap();
+    assert!(y.is_deleted());
+    assert_eq!(d0.memory_stats().bytes_in_use, before + 8000);
+    drop((x, y, z));
+    assert_eq!(d0.memory_stats().bytes_in_use, before);
+}
+
 fn placement_values_display_in_cells_with_jax_reprs() {
     let mesh = make_mesh(&[1], &["x"], None).unwrap();
     assert_eq!(mesh.text_repr(), "Mesh(axis_sizes=(1,), axis_names=('x',), axis_types=(Explicit,))");

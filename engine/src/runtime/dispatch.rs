@@ -64,10 +64,12 @@ impl DeviceArray {
     }
     /// `ready` with a placement.
     pub fn ready_on(aval: ShapedArray, buf: Arc<Buffer>, placement: Placement) -> Arc<DeviceArray> {
+        memory::add(placement.device, aval.nbytes());
         Arc::new(DeviceArray { aval, placement, sharded: None, state: Mutex::new(State::Ready(buf)), ready: Condvar::new() })
     }
     /// `pending` with a placement.
     pub fn pending_on(aval: ShapedArray, placement: Placement) -> Arc<DeviceArray> {
+        memory::add(placement.device, aval.nbytes());
         Arc::new(DeviceArray { aval, placement, sharded: None, state: Mutex::new(State::Pending), ready: Condvar::new() })
     }
     /// A sharded array: `state` is the whole value if known (computed results), else
@@ -76,6 +78,12 @@ impl DeviceArray {
         let state = match whole {
             Some(b) => State::Ready(b),
             None => State::Pending,
+        };
+        // A `device_put` result's data are its shards (counted on their devices); a
+        // computed sharded result holds its whole value on its first device.
+        let state = if sh.gather_on_wait { state } else {
+            memory::add(placement.device, aval.nbytes());
+            state
         };
         Arc::new(DeviceArray { aval, placement, sharded: Some(Box::new(sh)), state: Mutex::new(state), ready: Condvar::new() })
     }
@@ -94,7 +102,15 @@ impl DeviceArray {
     }
     /// Marks the array deleted (after donation).
     pub fn delete(&self) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Deleted;
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*s, State::Deleted) && self.counted() {
+            memory::sub(self.placement.device, self.aval.nbytes());
+        }
+        *s = State::Deleted;
+    }
+    /// Whether this array's bytes are in its device's `memory_stats`.
+    fn counted(&self) -> bool {
+        !self.sharded.as_deref().is_some_and(|sh| sh.gather_on_wait)
     }
     /// The buffer if the value is ready now; `None` while pending, failed or deleted
     /// (never waits).
@@ -152,6 +168,44 @@ impl DeviceArray {
                 }
             }
         }
+    }
+}
+
+impl Drop for DeviceArray {
+    fn drop(&mut self) {
+        let deleted = matches!(self.state.get_mut().unwrap_or_else(|e| e.into_inner()), State::Deleted);
+        if !deleted && self.counted() {
+            memory::sub(self.placement.device, self.aval.nbytes());
+        }
+    }
+}
+
+/// Per-device memory accounting: bytes of the live arrays on each device (two relaxed
+/// atomic operations per array lifetime; no locks).
+pub mod memory {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const SLOTS: usize = 256;
+    static IN_USE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+    static PEAK: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+    fn slot(device: u32) -> usize {
+        (device as usize).min(SLOTS - 1)
+    }
+    pub(crate) fn add(device: u32, bytes: usize) {
+        let k = slot(device);
+        let now = IN_USE[k].fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if now > PEAK[k].load(Ordering::Relaxed) {
+            PEAK[k].fetch_max(now, Ordering::Relaxed);
+        }
+    }
+    pub(crate) fn sub(device: u32, bytes: usize) {
+        IN_USE[slot(device)].fetch_sub(bytes, Ordering::Relaxed);
+    }
+    /// `(bytes_in_use, peak_bytes_in_use)` of device `device`.
+    pub fn stats(device: u32) -> (usize, usize) {
+        let k = slot(device);
+        (IN_USE[k].load(Ordering::Relaxed), PEAK[k].load(Ordering::Relaxed))
     }
 }
 
