@@ -70,6 +70,7 @@ pub fn backend_started() -> bool {
 /// A simulated CPU device. `{:?}` is JAX's repr `CpuDevice(id=0)`, `{}` its str `cpu:0`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Device {
+    /// The device's index in `devices()`.
     pub id: u32,
 }
 
@@ -138,8 +139,11 @@ pub fn local_device_count() -> usize {
 /// are per-device code (shard_map).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AxisType {
+    /// Shardings are part of the type.
     Explicit,
+    /// Shardings are left to the compiler.
     Auto,
+    /// Per-device code (shard_map).
     Manual,
 }
 
@@ -207,12 +211,15 @@ impl Mesh {
             devices: devices.iter().map(|d| d.id).collect(),
         })))
     }
+    /// The axis names, major to minor.
     pub fn axis_names(&self) -> &[String] {
         &self.0.axis_names
     }
+    /// The number of devices along each axis.
     pub fn axis_sizes(&self) -> &[usize] {
         &self.0.axis_sizes
     }
+    /// Each axis's `AxisType`.
     pub fn axis_types(&self) -> &[AxisType] {
         &self.0.axis_types
     }
@@ -410,7 +417,9 @@ macro_rules! P {
 /// An array split over a mesh by a `PartitionSpec` (`jax.NamedSharding`).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct NamedSharding {
+    /// The devices and their axes.
     pub mesh: Mesh,
+    /// Which mesh axes split which dimension.
     pub spec: PartitionSpec,
 }
 
@@ -522,6 +531,7 @@ impl fmt::Debug for NamedSharding {
 /// An array held whole by one device (`jax.sharding.SingleDeviceSharding`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SingleDeviceSharding {
+    /// The device holding the array.
     pub device: Device,
 }
 
@@ -535,7 +545,9 @@ impl fmt::Debug for SingleDeviceSharding {
 /// An array's sharding (`Array::sharding`).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Sharding {
+    /// On one device.
     Single(SingleDeviceSharding),
+    /// Split (or replicated) over a mesh.
     Named(NamedSharding),
 }
 
@@ -701,7 +713,9 @@ fn slice_block(whole: &Buffer, index: &[(usize, usize, bool)]) -> Buffer {
 /// Where `device_put` sends an array.
 #[derive(Clone)]
 pub enum PutTarget {
+    /// Copy to one device (committed).
     Device(Device),
+    /// Split over a sharding's devices.
     Sharding(Sharding),
     /// Split by a spec over the current mesh (`set_mesh`).
     Spec(PartitionSpec),
@@ -940,7 +954,9 @@ fn sharded_type_text(aval: &ShapedArray, ns: &NamedSharding) -> String {
 /// split over `Explicit` mesh axes carry `@axis`), `{:?}` gives `ShapedArray(float32[8@x])`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ArrayType {
+    /// Shape, dtype, weak type.
     pub aval: ShapedArray,
+    /// The sharding of a sharded concrete array.
     pub sharding: Option<NamedSharding>,
 }
 
@@ -972,10 +988,12 @@ pub fn typeof_(x: &Array) -> ArrayType {
 /// `Shard(device=CpuDevice(id=0), index=(slice(0, 2, None), …), replica_id=0, data=[…])`.
 #[derive(Clone)]
 pub struct Shard {
+    /// The device holding this piece.
     pub device: Device,
     /// Per dimension `(start, stop)`; `None` for a dimension that is not split
     /// (`slice(None, None, None)`).
     pub index: Vec<Option<(usize, usize)>>,
+    /// Which copy of this block it is (0 for the first device holding it).
     pub replica_id: usize,
     /// The shard's data, an array committed to `device`.
     pub data: Array,

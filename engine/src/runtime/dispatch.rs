@@ -30,7 +30,9 @@ pub enum State {
 /// `Placement::DEFAULT` (device 0, uncommitted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Placement {
+    /// Device id (`sharding::Device::id`).
     pub device: u32,
+    /// Committed to the device (JAX's `Array.committed`).
     pub committed: bool,
 }
 
