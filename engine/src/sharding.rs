@@ -90,20 +90,20 @@ impl Device {
     pub fn device_kind(&self) -> &'static str {
         "cpu"
     }
-    /// The device's memory accounting (`device.memory_stats()`): bytes of the live arrays
-    /// it holds (an array's bytes count from its creation, pending or not, until it is
-    /// dropped or donated) and the most ever held.
-    pub fn memory_stats(&self) -> MemoryStats {
-        let (bytes_in_use, peak_bytes_in_use) = dispatch::memory::stats(self.id);
-        MemoryStats { bytes_in_use, peak_bytes_in_use }
+    /// `device.memory_stats()`: with one device, the allocator's statistics
+    /// (`runtime::memory::memory_stats`, what `%memory` shows). With several devices,
+    /// `bytes_in_use` and `peak_bytes_in_use` are this device's: bytes of the live arrays
+    /// it holds (counted from creation, pending or not, until dropped or donated); the
+    /// other keys (limit, allocations, pool) stay process-wide.
+    pub fn memory_stats(&self) -> crate::runtime::memory::MemoryStats {
+        let mut s = crate::runtime::memory::memory_stats();
+        if device_count() > 1 {
+            let (in_use, peak) = dispatch::device_bytes::stats(self.id);
+            s.bytes_in_use = in_use;
+            s.peak_bytes_in_use = peak;
+        }
+        s
     }
-}
-
-/// A device's memory figures in bytes (keys of JAX's `memory_stats()` dict).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemoryStats {
-    pub bytes_in_use: usize,
-    pub peak_bytes_in_use: usize,
 }
 
 impl fmt::Debug for Device {

@@ -322,6 +322,11 @@ fn devices_have_their_own_concurrent_workers() {
     let y = jnp::sin(&x).unwrap();
     assert_eq!(y.devices().unwrap(), vec![devices()[6]]);
     assert!(y.committed());
+    // Each device accounts for its own arrays.
+    let big = device_put(&Array::from_vec(arange(4096), &[4096]).unwrap(), devices()[6]).unwrap();
+    big.block_until_ready().unwrap();
+    assert!(devices()[6].memory_stats().bytes_in_use >= 4096 * 4);
+    drop(big);
     effects_barrier().unwrap();
 }
 

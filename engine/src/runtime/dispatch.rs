@@ -66,12 +66,12 @@ impl DeviceArray {
     }
     /// `ready` with a placement.
     pub fn ready_on(aval: ShapedArray, buf: Arc<Buffer>, placement: Placement) -> Arc<DeviceArray> {
-        memory::add(placement.device, aval.nbytes());
+        device_bytes::add(placement.device, aval.nbytes());
         Arc::new(DeviceArray { aval, placement, sharded: None, state: Mutex::new(State::Ready(buf)), ready: Condvar::new() })
     }
     /// `pending` with a placement.
     pub fn pending_on(aval: ShapedArray, placement: Placement) -> Arc<DeviceArray> {
-        memory::add(placement.device, aval.nbytes());
+        device_bytes::add(placement.device, aval.nbytes());
         Arc::new(DeviceArray { aval, placement, sharded: None, state: Mutex::new(State::Pending), ready: Condvar::new() })
     }
     /// A sharded array: `state` is the whole value if known (computed results), else
@@ -84,7 +84,7 @@ impl DeviceArray {
         // A `device_put` result's data are its shards (counted on their devices); a
         // computed sharded result holds its whole value on its first device.
         let state = if sh.gather_on_wait { state } else {
-            memory::add(placement.device, aval.nbytes());
+            device_bytes::add(placement.device, aval.nbytes());
             state
         };
         Arc::new(DeviceArray { aval, placement, sharded: Some(Box::new(sh)), state: Mutex::new(state), ready: Condvar::new() })
@@ -106,11 +106,11 @@ impl DeviceArray {
     pub fn delete(&self) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if !matches!(*s, State::Deleted) && self.counted() {
-            memory::sub(self.placement.device, self.aval.nbytes());
+            device_bytes::sub(self.placement.device, self.aval.nbytes());
         }
         *s = State::Deleted;
     }
-    /// Whether this array's bytes are in its device's `memory_stats`.
+    /// Whether this array's bytes count in its device's `device_bytes`.
     fn counted(&self) -> bool {
         !self.sharded.as_deref().is_some_and(|sh| sh.gather_on_wait)
     }
@@ -177,14 +177,15 @@ impl Drop for DeviceArray {
     fn drop(&mut self) {
         let deleted = matches!(self.state.get_mut().unwrap_or_else(|e| e.into_inner()), State::Deleted);
         if !deleted && self.counted() {
-            memory::sub(self.placement.device, self.aval.nbytes());
+            device_bytes::sub(self.placement.device, self.aval.nbytes());
         }
     }
 }
 
-/// Per-device memory accounting: bytes of the live arrays on each device (two relaxed
-/// atomic operations per array lifetime; no locks).
-pub mod memory {
+/// Per-device accounting of array bytes: bytes of the live arrays on each device (two
+/// relaxed atomic operations per array lifetime; no locks). `runtime::memory` keeps the
+/// process-wide allocator statistics; `sharding::Device::memory_stats` combines both.
+pub mod device_bytes {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     const SLOTS: usize = 256;
