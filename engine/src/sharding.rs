@@ -507,7 +507,7 @@ impl NamedSharding {
     /// For each device of the mesh (row-major), the part of an array of `shape` it holds:
     /// per dimension `Some((start, stop))`, or `None` for a dimension that is not split
     /// (JAX's `devices_indices_map`). Errors: as `device_put` (divisibility, rank).
-    pub fn devices_indices_map(&self, shape: &[usize]) -> Result<Vec<(Device, Vec<Option<(usize, usize)>>)>> {
+    pub fn devices_indices_map(&self, shape: &[usize]) -> Result<Vec<(Device, ShardIndex)>> {
         Ok(self
             .blocks(shape)?
             .into_iter()
@@ -589,6 +589,10 @@ impl fmt::Debug for Sharding {
 }
 
 // ---------------------------------------------------------------- sharded storage
+
+/// A shard's place in the global array: per dimension `Some((start, stop))`, or `None`
+/// when the dimension is not split (`slice(None, None, None)`).
+pub type ShardIndex = Vec<Option<(usize, usize)>>;
 
 /// A block of an array: per dimension `(start, len, whole dimension)`.
 pub(crate) type BlockIndex = Vec<(usize, usize, bool)>;
@@ -992,7 +996,7 @@ pub struct Shard {
     pub device: Device,
     /// Per dimension `(start, stop)`; `None` for a dimension that is not split
     /// (`slice(None, None, None)`).
-    pub index: Vec<Option<(usize, usize)>>,
+    pub index: ShardIndex,
     /// Which copy of this block it is (0 for the first device holding it).
     pub replica_id: usize,
     /// The shard's data, an array committed to `device`.
