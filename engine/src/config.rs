@@ -105,3 +105,21 @@ pub fn read(name: &str) -> Result<bool> {
 pub fn describe() -> Vec<(&'static str, &'static str, bool, &'static str)> {
     ALL.iter().map(|f| (f.name, f.env, f.get(), f.doc)).collect()
 }
+
+// ---- integer settings (devices) ----
+
+/// Sets an integer setting: `"jax_num_cpu_devices"` (`sharding::set_num_cpu_devices`;
+/// env `JAX_NUM_CPU_DEVICES`, default 1; only before the backend starts).
+/// Errors: JAX's `RuntimeError` after the backend started, `ValueError` for an unknown
+/// name or a bad value.
+pub fn update_int(name: &str, value: i64) -> Result<()> {
+    match name {
+        "jax_num_cpu_devices" => {
+            if value < 1 {
+                return Err(Error::value_error(format!("jax_num_cpu_devices must be at least 1, got {value}")));
+            }
+            crate::sharding::set_num_cpu_devices(value as usize)
+        }
+        _ => Err(Error::value_error(format!("unknown integer config setting {name:?}; known: jax_num_cpu_devices"))),
+    }
+}

@@ -58,6 +58,19 @@ macro_rules! text_repr_display {
     )+};
 }
 text_repr_display!(bool, f32, f64, i32, i64, u32, u64, usize, String);
+// Devices and placement: JAX's reprs (`CpuDevice(id=0)`, `Mesh(axis_sizes=…)`, `P('x',)`,
+// `NamedSharding(…)`, `Shard(…)`, `ShapedArray(float32[8@x])`).
+text_repr_display!(
+    crate::sharding::Device,
+    crate::sharding::Mesh,
+    crate::sharding::PartitionSpec,
+    crate::sharding::NamedSharding,
+    crate::sharding::SingleDeviceSharding,
+    crate::sharding::Sharding,
+    crate::sharding::Shard,
+    crate::sharding::ArrayType,
+    crate::sharding::AxisType
+);
 
 impl TextRepr for () {
     fn text_repr(&self) -> String {

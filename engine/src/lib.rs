@@ -19,6 +19,7 @@ pub mod profiler;
 pub mod progress;
 pub mod random;
 pub mod runtime;
+pub mod sharding;
 pub mod trace;
 pub mod transform;
 pub mod tree;
@@ -33,3 +34,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use magic::{block_until_ready, effects_barrier};
 pub use transform::pipeline::compile_count;
 pub use transform::eval_shape;
+pub use sharding::{
+    device_count, device_put, devices, get_mesh, local_devices, make_mesh, set_mesh, typeof_, AxisType, Device, Mesh, NamedSharding,
+    PartitionSpec, SingleDeviceSharding,
+};

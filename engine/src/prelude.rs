@@ -14,6 +14,11 @@ pub use crate::random;
 pub use crate::numpy as jnp;
 pub use crate::numpy::indexing::{ELLIPSIS, NEW_AXIS};
 pub use crate::s;
+pub use crate::P;
+pub use crate::sharding::{
+    device_count, device_put, devices, get_mesh, local_devices, make_mesh, set_mesh, typeof_, AxisType, Device, Mesh, NamedSharding,
+    PartitionSpec, Sharding, SingleDeviceSharding,
+};
 pub use crate::trace::pytree::Static;
 pub use crate::tree::{self, Pytree, TreeDef};
 pub use crate::trace::Array;

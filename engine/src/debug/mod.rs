@@ -21,6 +21,8 @@ macro_rules! debug_print {
     };
 }
 pub use crate::debug_print as print;
+/// `jax.debug.visualize_array_sharding` (returns the table; print it).
+pub use crate::sharding::visualize_array_sharding;
 
 /// Formats `fmt` with the values of `args` (each `{}` → str, `{:?}` → repr).
 pub fn format_values(fmt: &str, values: &[String], reprs: &[String]) -> String {

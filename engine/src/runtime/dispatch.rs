@@ -25,21 +25,73 @@ pub enum State {
     Deleted,
 }
 
-/// A value on the (simulated CPU) device: its type and a future of its buffer.
+/// Where an array lives: its device (for a sharded array, the mesh's first device) and
+/// whether it is committed to it (JAX's `Array.committed`). Creation functions give
+/// `Placement::DEFAULT` (device 0, uncommitted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Placement {
+    /// Device id (`sharding::Device::id`).
+    pub device: u32,
+    /// Committed to the device (JAX's `Array.committed`).
+    pub committed: bool,
+}
+
+impl Placement {
+    /// Device 0, uncommitted: where creation functions put arrays.
+    pub const DEFAULT: Placement = Placement { device: 0, committed: false };
+}
+
+/// A value on a (simulated CPU) device: its type, placement and a future of its buffer.
+///
+/// A sharded array (`crate::sharding::device_put` to a `NamedSharding`) also carries its
+/// sharding and one `DeviceArray` per shard; its own state then holds the whole value only
+/// once something needs it (`wait` gathers the shards: the temporary behaviour of ops on
+/// sharded arrays until the partitioner exists).
 pub struct DeviceArray {
     pub aval: ShapedArray,
+    pub placement: Placement,
+    pub(crate) sharded: Option<Box<crate::sharding::Sharded>>,
     state: Mutex<State>,
     ready: Condvar,
 }
 
 impl DeviceArray {
-    /// A device array whose value is already known.
+    /// A device array whose value is already known (device 0, uncommitted).
     pub fn ready(aval: ShapedArray, buf: Arc<Buffer>) -> Arc<DeviceArray> {
-        Arc::new(DeviceArray { aval, state: Mutex::new(State::Ready(buf)), ready: Condvar::new() })
+        Self::ready_on(aval, buf, Placement::DEFAULT)
     }
-    /// A device array to be filled by a dispatched job.
+    /// A device array to be filled by a dispatched job (device 0, uncommitted).
     pub fn pending(aval: ShapedArray) -> Arc<DeviceArray> {
-        Arc::new(DeviceArray { aval, state: Mutex::new(State::Pending), ready: Condvar::new() })
+        Self::pending_on(aval, Placement::DEFAULT)
+    }
+    /// `ready` with a placement.
+    pub fn ready_on(aval: ShapedArray, buf: Arc<Buffer>, placement: Placement) -> Arc<DeviceArray> {
+        device_bytes::add(placement.device, aval.nbytes());
+        Arc::new(DeviceArray { aval, placement, sharded: None, state: Mutex::new(State::Ready(buf)), ready: Condvar::new() })
+    }
+    /// `pending` with a placement.
+    pub fn pending_on(aval: ShapedArray, placement: Placement) -> Arc<DeviceArray> {
+        device_bytes::add(placement.device, aval.nbytes());
+        Arc::new(DeviceArray { aval, placement, sharded: None, state: Mutex::new(State::Pending), ready: Condvar::new() })
+    }
+    /// A sharded array: `state` is the whole value if known (computed results), else
+    /// `Pending` and gathered from the shards on first `wait`.
+    pub(crate) fn sharded(aval: ShapedArray, placement: Placement, sh: crate::sharding::Sharded, whole: Option<Arc<Buffer>>) -> Arc<DeviceArray> {
+        let state = match whole {
+            Some(b) => State::Ready(b),
+            None => State::Pending,
+        };
+        // A `device_put` result's data are its shards (counted on their devices); a
+        // computed sharded result holds its whole value on its first device.
+        let state = if sh.gather_on_wait { state } else {
+            device_bytes::add(placement.device, aval.nbytes());
+            state
+        };
+        Arc::new(DeviceArray { aval, placement, sharded: Some(Box::new(sh)), state: Mutex::new(state), ready: Condvar::new() })
+    }
+    /// The sharding of a sharded array.
+    pub(crate) fn sharded_info(&self) -> Option<&crate::sharding::Sharded> {
+        self.sharded.as_deref()
     }
     /// Fills a pending array (called by the worker).
     pub fn fulfil(&self, result: Result<Arc<Buffer>>) {
@@ -52,7 +104,15 @@ impl DeviceArray {
     }
     /// Marks the array deleted (after donation).
     pub fn delete(&self) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Deleted;
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*s, State::Deleted) && self.counted() {
+            device_bytes::sub(self.placement.device, self.aval.nbytes());
+        }
+        *s = State::Deleted;
+    }
+    /// Whether this array's bytes count in its device's `device_bytes`.
+    fn counted(&self) -> bool {
+        !self.sharded.as_deref().is_some_and(|sh| sh.gather_on_wait)
     }
     /// The buffer if the value is ready now; `None` while pending, failed or deleted
     /// (never waits).
@@ -63,6 +123,9 @@ impl DeviceArray {
         }
     }
     pub fn is_ready(&self) -> bool {
+        if let Some(sh) = self.sharded.as_deref().filter(|sh| sh.gather_on_wait) {
+            return sh.shards_ready();
+        }
         !matches!(*self.state.lock().unwrap_or_else(|e| e.into_inner()), State::Pending)
     }
     pub fn is_deleted(&self) -> bool {
@@ -81,6 +144,21 @@ impl DeviceArray {
                     return Err(Error::runtime(format!("Array has been deleted with shape={}.", self.aval.long_strong())))
                 }
                 State::Pending => {
+                    if let Some(sh) = self.sharded.as_deref().filter(|sh| sh.gather_on_wait) {
+                        drop(s);
+                        let r = sh.gather(&self.aval);
+                        if matches!(&r, Err(e) if e.kind == crate::error::ErrorKind::Interrupted) {
+                            return r; // the shards are still coming; a later wait gathers
+                        }
+                        let mut s2 = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                        if matches!(*s2, State::Pending) {
+                            *s2 = match &r {
+                                Ok(b) => State::Ready(b.clone()),
+                                Err(e) => State::Failed(e.clone()),
+                            };
+                        }
+                        return r;
+                    }
                     if interrupt::take_if_set() {
                         return Err(Error::interrupted());
                     }
@@ -92,6 +170,45 @@ impl DeviceArray {
                 }
             }
         }
+    }
+}
+
+impl Drop for DeviceArray {
+    fn drop(&mut self) {
+        let deleted = matches!(self.state.get_mut().unwrap_or_else(|e| e.into_inner()), State::Deleted);
+        if !deleted && self.counted() {
+            device_bytes::sub(self.placement.device, self.aval.nbytes());
+        }
+    }
+}
+
+/// Per-device accounting of array bytes: bytes of the live arrays on each device (two
+/// relaxed atomic operations per array lifetime; no locks). `runtime::memory` keeps the
+/// process-wide allocator statistics; `sharding::Device::memory_stats` combines both.
+pub mod device_bytes {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const SLOTS: usize = 256;
+    static IN_USE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+    static PEAK: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+    fn slot(device: u32) -> usize {
+        (device as usize).min(SLOTS - 1)
+    }
+    pub(crate) fn add(device: u32, bytes: usize) {
+        let k = slot(device);
+        let now = IN_USE[k].fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if now > PEAK[k].load(Ordering::Relaxed) {
+            PEAK[k].fetch_max(now, Ordering::Relaxed);
+        }
+    }
+    pub(crate) fn sub(device: u32, bytes: usize) {
+        IN_USE[slot(device)].fetch_sub(bytes, Ordering::Relaxed);
+    }
+    /// `(bytes_in_use, peak_bytes_in_use)` of device `device`.
+    pub fn stats(device: u32) -> (usize, usize) {
+        let k = slot(device);
+        (IN_USE[k].load(Ordering::Relaxed), PEAK[k].load(Ordering::Relaxed))
     }
 }
 
@@ -108,12 +225,20 @@ struct Worker {
     tx: Mutex<Sender<Job>>,
 }
 
-fn worker() -> &'static Worker {
-    static W: OnceLock<Worker> = OnceLock::new();
-    W.get_or_init(|| {
+/// The worker of device `device` (started on first use; one thread per device, named
+/// `jax-cpu<k>`). Devices past `device_count()` fall back to device 0's worker.
+fn workers() -> &'static [OnceLock<Worker>] {
+    static WS: OnceLock<Vec<OnceLock<Worker>>> = OnceLock::new();
+    WS.get_or_init(|| (0..crate::sharding::device_count()).map(|_| OnceLock::new()).collect())
+}
+
+fn worker(device: u32) -> &'static Worker {
+    let ws = workers();
+    let k = if (device as usize) < ws.len() { device as usize } else { 0 };
+    ws[k].get_or_init(|| {
         let (tx, rx) = channel::<Job>();
         std::thread::Builder::new()
-            .name("jax-cpu0".into())
+            .name(format!("jax-cpu{k}"))
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
                     // A panic in a job must not kill the worker; the job's outputs are
@@ -126,9 +251,15 @@ fn worker() -> &'static Worker {
     })
 }
 
-/// Runs `f` on the device worker after all earlier work; its result fills `outs`
+/// Runs `f` on device 0's worker after all earlier work; its result fills `outs`
 /// (one buffer per output, in order). Returns at once.
 pub fn submit(outs: Vec<Arc<DeviceArray>>, f: impl FnOnce() -> Result<Vec<Buffer>> + Send + 'static) {
+    submit_on(0, outs, f)
+}
+
+/// `submit` on device `device`'s worker: work on different devices runs concurrently;
+/// work on one device runs in submission order.
+pub fn submit_on(device: u32, outs: Vec<Arc<DeviceArray>>, f: impl FnOnce() -> Result<Vec<Buffer>> + Send + 'static) {
     let outs2 = outs.clone();
     let job: Job = Box::new(move || {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
@@ -146,16 +277,27 @@ pub fn submit(outs: Vec<Arc<DeviceArray>>, f: impl FnOnce() -> Result<Vec<Buffer
             Err(e) => outs2.iter().for_each(|o| o.fulfil(Err(e.clone()))),
         }
     });
-    let sent = worker().tx.lock().unwrap_or_else(|e| e.into_inner()).send(job);
+    let sent = worker(device).tx.lock().unwrap_or_else(|e| e.into_inner()).send(job);
     if sent.is_err() {
         let e = Error::runtime("the device worker has stopped");
         outs.iter().for_each(|o| o.fulfil(Err(e.clone())));
     }
 }
 
-/// Waits until all work dispatched so far has run (JAX's `effects_barrier`).
+/// Waits until all work dispatched so far has run on every started device worker (JAX's
+/// `effects_barrier`).
 pub fn barrier() -> Result<()> {
-    let done = DeviceArray::pending(ShapedArray::scalar(crate::ir::DType::Bool));
-    submit(vec![done.clone()], || Ok(vec![Buffer::zeros(&ShapedArray::scalar(crate::ir::DType::Bool))]));
-    done.wait().map(|_| ())
+    let started: Vec<u32> = (0..workers().len()).filter(|&k| k == 0 || workers()[k].get().is_some()).map(|k| k as u32).collect();
+    let dones: Vec<_> = started
+        .into_iter()
+        .map(|k| {
+            let done = DeviceArray::pending(ShapedArray::scalar(crate::ir::DType::Bool));
+            submit_on(k, vec![done.clone()], || Ok(vec![Buffer::zeros(&ShapedArray::scalar(crate::ir::DType::Bool))]));
+            done
+        })
+        .collect();
+    for d in dones {
+        d.wait()?;
+    }
+    Ok(())
 }

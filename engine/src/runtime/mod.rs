@@ -8,4 +8,4 @@ pub mod interrupt;
 pub mod memory;
 
 pub use buffer::Buffer;
-pub use dispatch::{barrier, DeviceArray};
+pub use dispatch::{barrier, DeviceArray, Placement};

@@ -78,6 +78,7 @@ pub fn apply(mut prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedA
         crate::runtime::callbacks::fire(*callback, bufs);
         return Ok(vec![]);
     }
+    let place = crate::sharding::out_place(inputs.iter(), prim.name(), crate::sharding::eager_arg_name(inputs.len()))?;
     let avals: SmallVec<[&ShapedArray; 4]> = inputs.iter().map(|d| &d.aval).collect();
     let k = key(&prim, &avals);
     let hit = cache()
@@ -99,13 +100,13 @@ pub fn apply(mut prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedA
     };
     drop(avals);
     if entry.sync {
-        if let Some(outs) = run_sync(&entry.exe, &entry.jaxpr, inputs.iter())? {
+        if let Some(outs) = run_sync(&entry.exe, &entry.jaxpr, inputs.iter(), &place)? {
             return Ok(outs);
         }
     }
-    let outs: Vec<Arc<DeviceArray>> = out_avals.iter().map(|a| DeviceArray::pending(a.clone())).collect();
+    let outs: Vec<Arc<DeviceArray>> = out_avals.iter().map(|a| place.out(a.clone(), None)).collect();
     let exe = entry.exe.clone();
-    dispatch::submit(outs.clone(), move || {
+    dispatch::submit_on(place.placement.device, outs.clone(), move || {
         let bufs = inputs.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;
         let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
         exe.execute(&refs)

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::ir::{ClosedJaxpr, ShapedArray, SourceInfo};
 use crate::compile::ArgBuf;
 use crate::runtime::{dispatch, Buffer, DeviceArray};
+use crate::sharding::OutPlace;
 use smallvec::SmallVec;
 use crate::trace::pytree::{flatten_value, ArgLeaf, Args, Flat, Pytree, StaticValue, TreeDef};
 use crate::tree::ShapeTree;
@@ -355,16 +356,24 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 reason: None,
             });
         }
+        let place = crate::sharding::out_place(
+            flat.leaves.iter().filter_map(|l| match l {
+                ArgLeaf::Value(a) => a.device(),
+                ArgLeaf::Spec(_) => None,
+            }),
+            &self.inner.name,
+            |i| format!("args[{i}]"),
+        )?;
         let outs = if entry.sync {
             match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
                 ArgLeaf::Value(a) => a.device().expect("concrete"),
                 ArgLeaf::Spec(_) => unreachable!(),
-            }))? {
+            }), &place)? {
                 Some(outs) => outs,
-                None => self.run_async(&art.executable, &entry, &flat)?,
+                None => self.run_async(&art.executable, &entry, &flat, &place)?,
             }
         } else {
-            self.run_async(&art.executable, &entry, &flat)?
+            self.run_async(&art.executable, &entry, &flat, &place)?
         };
         if !entry.sync && entry.jaxpr.jaxpr.has_effects() {
             for o in &outs {
@@ -375,7 +384,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
     }
 
-    fn run_async(&self, exe: &pipeline::ExecutableRef, entry: &CacheEntry, flat: &Flat) -> Result<Vec<Array>> {
+    fn run_async(&self, exe: &pipeline::ExecutableRef, entry: &CacheEntry, flat: &Flat, place: &OutPlace) -> Result<Vec<Array>> {
         let inputs: Vec<Arc<DeviceArray>> = flat
             .leaves
             .iter()
@@ -384,7 +393,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 ArgLeaf::Spec(_) => unreachable!(),
             })
             .collect();
-        run_donating(exe, &entry.jaxpr, inputs, &entry.donated, false)
+        run_donating(exe, &entry.jaxpr, inputs, &entry.donated, false, place)
     }
 
     fn rebuild_args(&self, flat: &Flat) -> Result<A> {
@@ -687,10 +696,12 @@ fn py_bool(b: bool) -> &'static str {
 
 /// Dispatches an executable on device inputs; outputs carry the jaxpr's out avals
 /// (weak types included).
-pub(crate) fn run(exe: &pipeline::ExecutableRef, jaxpr: &ClosedJaxpr, inputs: Vec<Arc<DeviceArray>>) -> Result<Vec<Array>> {
-    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().map(DeviceArray::pending).collect();
+/// Outputs are placed by `place` (`sharding::out_place`); the work runs on that device's
+/// worker.
+pub(crate) fn run(exe: &pipeline::ExecutableRef, jaxpr: &ClosedJaxpr, inputs: Vec<Arc<DeviceArray>>, place: &OutPlace) -> Result<Vec<Array>> {
+    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().map(|a| place.out(a, None)).collect();
     let exe = exe.clone();
-    dispatch::submit(outs.clone(), move || {
+    dispatch::submit_on(place.placement.device, outs.clone(), move || {
         let bufs = inputs.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;
         let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
         exe.execute(&refs)
@@ -756,6 +767,7 @@ pub(crate) fn run_sync<'a>(
     exe: &pipeline::ExecutableRef,
     jaxpr: &ClosedJaxpr,
     inputs: impl Iterator<Item = &'a Arc<DeviceArray>> + Clone,
+    place: &OutPlace,
 ) -> Result<Option<Vec<Array>>> {
     let mut bufs: SmallVec<[Option<Arc<Buffer>>; 8]> = SmallVec::new();
     for d in inputs.clone() {
@@ -795,7 +807,7 @@ pub(crate) fn run_sync<'a>(
     Ok(Some(
         outs.into_iter()
             .zip(&jaxpr.jaxpr.outvars)
-            .map(|(b, v)| Array::from_device(DeviceArray::ready(v.aval().clone(), Arc::new(b))))
+            .map(|(b, v)| Array::from_device(place.out(v.aval().clone(), Some(Arc::new(b)))))
             .collect(),
     ))
 }
@@ -812,16 +824,17 @@ pub(crate) fn run_donating(
     inputs: Vec<Arc<DeviceArray>>,
     donated: &[bool],
     sync: bool,
+    place: &OutPlace,
 ) -> Result<Vec<Array>> {
     let _ = donated; // the executable's aliases already reflect the donated flags
     if sync {
-        if let Some(outs) = run_sync(exe, jaxpr, inputs.iter())? {
+        if let Some(outs) = run_sync(exe, jaxpr, inputs.iter(), place)? {
             return Ok(outs);
         }
     }
     let aliases: Vec<bool> = exe.donated_args().to_vec();
     if !aliases.iter().any(|d| *d) {
-        return run(exe, jaxpr, inputs);
+        return run(exe, jaxpr, inputs, place);
     }
     let mut taken: Vec<Option<Arc<Buffer>>> = vec![None; inputs.len()];
     for (i, k) in aliases.iter().enumerate() {
@@ -839,9 +852,9 @@ pub(crate) fn run_donating(
             inputs[i].delete();
         }
     }
-    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().map(DeviceArray::pending).collect();
+    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().map(|a| place.out(a, None)).collect();
     let exe = exe.clone();
-    dispatch::submit(outs.clone(), move || {
+    dispatch::submit_on(place.placement.device, outs.clone(), move || {
         let mut bufs: Vec<Option<Arc<Buffer>>> = Vec::with_capacity(inputs.len());
         for (d, t) in inputs.iter().zip(&mut taken) {
             bufs.push(Some(match t.take() {

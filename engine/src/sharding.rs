@@ -1,0 +1,1181 @@
+//! Devices and placement (JAX's `jax.devices`, `jax.sharding`, `jax.device_put`).
+//!
+//! * `jax_num_cpu_devices` (`set_num_cpu_devices`, `config::update_int`, env
+//!   `JAX_NUM_CPU_DEVICES`, default 1) fixes how many simulated CPU devices exist. It is
+//!   read once, when the backend starts (the first `devices()`, `device_put`, dispatch to a
+//!   worker or compilation); setting it afterwards is JAX's `RuntimeError`.
+//! * Each device has its own worker thread (`runtime::dispatch::submit_on`, started on
+//!   first use) and its own buffers: moving data between devices copies it.
+//! * `Mesh` (`make_mesh`), `AxisType`, `PartitionSpec` (built with the `P!` macro),
+//!   `NamedSharding`, `SingleDeviceSharding` with JAX's reprs; `set_mesh` returns a guard
+//!   that restores the previous mesh when dropped.
+//! * `device_put(&x, target)` to a `Device` (commits), a `NamedSharding`, a `Mesh`
+//!   (replicated) or a `PartitionSpec` (on the mesh set by `set_mesh`). A sharded array
+//!   holds one buffer per shard (`Array::addressable_shards`).
+//! * Placement of results: ops and jit calls on uncommitted arrays run on device 0 and give
+//!   uncommitted results; with committed inputs, every committed input must be on the same
+//!   devices (else JAX's `Received incompatible devices for jitted computation` error) and
+//!   the results are committed there.
+//!
+//! **Temporary behaviour until the partitioner exists**: an op on sharded arrays gathers
+//! the shards into one buffer on the mesh's first device and computes there; its result is
+//! sharded like the (first) sharded input of the same shape, else replicated over the mesh
+//! (`P()`); that result keeps its whole value and slices shards on demand. Values are
+//! always right; only the memory layout differs from JAX's.
+
+use crate::error::{Error, Result};
+use crate::ir::ShapedArray;
+use crate::runtime::dispatch::{self, DeviceArray, Placement};
+use crate::runtime::Buffer;
+use crate::trace::array::Repr;
+use crate::trace::Array;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+// ---------------------------------------------------------------- devices and config
+
+static REQUESTED: AtomicUsize = AtomicUsize::new(0);
+static NUM_DEVICES: OnceLock<usize> = OnceLock::new();
+
+/// Sets `jax_num_cpu_devices` (must be ≥ 1). Errors: `ValueError` for 0; JAX's
+/// `RuntimeError` once the backend has started (any device query, dispatch or compile).
+pub fn set_num_cpu_devices(n: usize) -> Result<()> {
+    if NUM_DEVICES.get().is_some() {
+        return Err(Error::runtime(
+            "jax_num_cpu_devices config should be updated before backends are initialized i.e. before any JAX operation is executed. You should initialize this config immediately after `import jax`.",
+        ));
+    }
+    if n == 0 {
+        return Err(Error::value_error("jax_num_cpu_devices must be at least 1"));
+    }
+    REQUESTED.store(n, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The number of devices (`jax.device_count()`); the first call starts the backend and
+/// freezes `jax_num_cpu_devices` (set value, else env `JAX_NUM_CPU_DEVICES`, else 1).
+pub fn device_count() -> usize {
+    *NUM_DEVICES.get_or_init(|| match REQUESTED.load(Ordering::SeqCst) {
+        0 => std::env::var("JAX_NUM_CPU_DEVICES").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|n| *n > 0).unwrap_or(1),
+        n => n,
+    })
+}
+
+/// Whether the backend has started (`jax_num_cpu_devices` is frozen).
+pub fn backend_started() -> bool {
+    NUM_DEVICES.get().is_some()
+}
+
+/// A simulated CPU device. `{:?}` is JAX's repr `CpuDevice(id=0)`, `{}` its str `cpu:0`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Device {
+    /// The device's index in `devices()`.
+    pub id: u32,
+}
+
+impl Device {
+    /// Device `id`. Errors: `ValueError` if `id >= device_count()`.
+    pub fn new(id: usize) -> Result<Device> {
+        if id >= device_count() {
+            return Err(Error::value_error(format!("Unknown device id {id}; there are {} devices", device_count())));
+        }
+        Ok(Device { id: id as u32 })
+    }
+    /// `"cpu"`.
+    pub fn platform(&self) -> &'static str {
+        "cpu"
+    }
+    /// `"cpu"` (JAX's `device_kind` for host devices).
+    pub fn device_kind(&self) -> &'static str {
+        "cpu"
+    }
+    /// `device.memory_stats()`: with one device, the allocator's statistics
+    /// (`runtime::memory::memory_stats`, what `%memory` shows). With several devices,
+    /// `bytes_in_use` and `peak_bytes_in_use` are this device's: bytes of the live arrays
+    /// it holds (counted from creation, pending or not, until dropped or donated); the
+    /// other keys (limit, allocations, pool) stay process-wide.
+    pub fn memory_stats(&self) -> crate::runtime::memory::MemoryStats {
+        let mut s = crate::runtime::memory::memory_stats();
+        if device_count() > 1 {
+            let (in_use, peak) = dispatch::device_bytes::stats(self.id);
+            s.bytes_in_use = in_use;
+            s.peak_bytes_in_use = peak;
+        }
+        s
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CpuDevice(id={})", self.id)
+    }
+}
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cpu:{}", self.id)
+    }
+}
+
+/// All devices, `[CpuDevice(id=0), …]` (`jax.devices()`); starts the backend.
+pub fn devices() -> Vec<Device> {
+    (0..device_count() as u32).map(|id| Device { id }).collect()
+}
+
+/// The devices of this process: all of them (`jax.local_devices()`).
+pub fn local_devices() -> Vec<Device> {
+    devices()
+}
+
+/// `jax.local_device_count()`.
+pub fn local_device_count() -> usize {
+    device_count()
+}
+
+// ---------------------------------------------------------------- meshes
+
+/// How a mesh axis is used (`jax.sharding.AxisType`): `Explicit` shardings are part of
+/// the array type (`float32[8@x]`), `Auto` ones are left to the compiler, `Manual` axes
+/// are per-device code (shard_map).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AxisType {
+    /// Shardings are part of the type.
+    Explicit,
+    /// Shardings are left to the compiler.
+    Auto,
+    /// Per-device code (shard_map).
+    Manual,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct MeshInner {
+    axis_sizes: Vec<usize>,
+    axis_names: Vec<String>,
+    axis_types: Vec<AxisType>,
+    /// Device ids in row-major order over the axes.
+    devices: Vec<u32>,
+}
+
+/// A named grid of devices (`jax.sharding.Mesh`). Cheap to clone; equal meshes have the
+/// same axes and devices in the same order.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Mesh(Arc<MeshInner>);
+
+/// `jax.make_mesh(axis_shapes, axis_names, axis_types)`: a mesh over the first
+/// `prod(axis_shapes)` devices; `axis_types` `None` means all `Explicit` (as JAX).
+/// Errors: `ValueError` for mismatched lengths, repeated names, or more devices than exist.
+pub fn make_mesh(axis_shapes: &[usize], axis_names: &[&str], axis_types: Option<&[AxisType]>) -> Result<Mesh> {
+    let n: usize = axis_shapes.iter().product();
+    let count = device_count();
+    if n > count {
+        return Err(Error::value_error(format!(
+            "Number of devices {count} must be >= the product of mesh_shape {}",
+            py_tuple(axis_shapes.iter().map(|s| s.to_string()))
+        )));
+    }
+    let devs: Vec<Device> = (0..n as u32).map(|id| Device { id }).collect();
+    Mesh::new(&devs, axis_shapes, axis_names, axis_types.map(|t| t.to_vec()).unwrap_or_else(|| vec![AxisType::Explicit; axis_shapes.len()]))
+}
+
+impl Mesh {
+    /// A mesh of `devices` (row-major over `axis_sizes`; JAX's `Mesh(devices, names,
+    /// axis_types)`). Errors: `ValueError` for mismatched lengths, repeated axis names or
+    /// devices, or a device count that is not the product of the sizes.
+    pub fn new(devices: &[Device], axis_sizes: &[usize], axis_names: &[&str], axis_types: Vec<AxisType>) -> Result<Mesh> {
+        if axis_sizes.len() != axis_names.len() || axis_types.len() != axis_names.len() {
+            return Err(Error::value_error(format!(
+                "Mesh axis_sizes {:?}, axis_names {:?} and axis_types {:?} must have the same length",
+                axis_sizes, axis_names, axis_types
+            )));
+        }
+        let n: usize = axis_sizes.iter().product();
+        if devices.len() != n {
+            return Err(Error::value_error(format!("Mesh of shape {axis_sizes:?} needs {n} devices, got {}", devices.len())));
+        }
+        let mut names: Vec<&str> = axis_names.to_vec();
+        names.sort();
+        names.dedup();
+        if names.len() != axis_names.len() {
+            return Err(Error::value_error(format!("Mesh axis names must be unique, got {axis_names:?}")));
+        }
+        let mut ids: Vec<u32> = devices.iter().map(|d| d.id).collect();
+        ids.sort();
+        ids.dedup();
+        if ids.len() != devices.len() || ids.iter().any(|&i| i as usize >= device_count()) {
+            return Err(Error::value_error("Mesh devices must be distinct, existing devices"));
+        }
+        Ok(Mesh(Arc::new(MeshInner {
+            axis_sizes: axis_sizes.to_vec(),
+            axis_names: axis_names.iter().map(|s| s.to_string()).collect(),
+            axis_types,
+            devices: devices.iter().map(|d| d.id).collect(),
+        })))
+    }
+    /// The axis names, major to minor.
+    pub fn axis_names(&self) -> &[String] {
+        &self.0.axis_names
+    }
+    /// The number of devices along each axis.
+    pub fn axis_sizes(&self) -> &[usize] {
+        &self.0.axis_sizes
+    }
+    /// Each axis's `AxisType`.
+    pub fn axis_types(&self) -> &[AxisType] {
+        &self.0.axis_types
+    }
+    /// The devices in row-major order over the axes (JAX's `mesh.devices.flat`).
+    pub fn devices(&self) -> Vec<Device> {
+        self.0.devices.iter().map(|&id| Device { id }).collect()
+    }
+    pub(crate) fn device_ids(&self) -> &[u32] {
+        &self.0.devices
+    }
+    /// Number of devices.
+    pub fn size(&self) -> usize {
+        self.0.devices.len()
+    }
+    /// `mesh.shape[name]`.
+    pub fn axis_size(&self, name: &str) -> Option<usize> {
+        self.axis_index(name).map(|i| self.0.axis_sizes[i])
+    }
+    fn axis_index(&self, name: &str) -> Option<usize> {
+        self.0.axis_names.iter().position(|n| n == name)
+    }
+    /// A new mesh over the same devices (`jax.make_mesh(..., devices=mesh.devices[::-1])`
+    /// is `Mesh::new` with reordered devices).
+    pub fn with_axis_types(&self, types: &[AxisType]) -> Result<Mesh> {
+        let names: Vec<&str> = self.0.axis_names.iter().map(|s| s.as_str()).collect();
+        Mesh::new(&self.devices(), &self.0.axis_sizes, &names, types.to_vec())
+    }
+}
+
+fn py_tuple(items: impl Iterator<Item = String>) -> String {
+    let v: Vec<String> = items.collect();
+    if v.len() == 1 {
+        format!("({},)", v[0])
+    } else {
+        format!("({})", v.join(", "))
+    }
+}
+
+fn types_tuple(t: &[AxisType]) -> String {
+    py_tuple(t.iter().map(|t| format!("{t:?}")))
+}
+
+impl fmt::Debug for Mesh {
+    /// `Mesh(axis_sizes=(4, 2), axis_names=('x', 'y'), axis_types=(Explicit, Explicit))`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Mesh(axis_sizes={}, axis_names={}, axis_types={})",
+            py_tuple(self.0.axis_sizes.iter().map(|s| s.to_string())),
+            py_tuple(self.0.axis_names.iter().map(|s| format!("'{s}'"))),
+            types_tuple(&self.0.axis_types)
+        )
+    }
+}
+impl fmt::Display for Mesh {
+    /// `Mesh('x': 4, 'y': 2, axis_types=(Explicit, Explicit))`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Mesh(")?;
+        for (n, s) in self.0.axis_names.iter().zip(&self.0.axis_sizes) {
+            write!(f, "'{n}': {s}, ")?;
+        }
+        write!(f, "axis_types={})", types_tuple(&self.0.axis_types))
+    }
+}
+
+fn mesh_stack() -> &'static Mutex<Vec<Mesh>> {
+    static S: OnceLock<Mutex<Vec<Mesh>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Restores the previously set mesh when dropped (`with jax.set_mesh(mesh): …`). Call
+/// `keep()` to leave the mesh set for good (JAX's statement form `jax.set_mesh(mesh)`).
+#[must_use = "the mesh is unset when the guard drops; call .keep() to keep it set"]
+pub struct MeshGuard {
+    depth: usize,
+    keep: bool,
+}
+
+impl MeshGuard {
+    /// Leaves the mesh set after the guard goes away.
+    pub fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for MeshGuard {
+    fn drop(&mut self) {
+        if !self.keep {
+            let mut s = mesh_stack().lock().unwrap_or_else(|e| e.into_inner());
+            s.truncate(self.depth);
+        }
+    }
+}
+
+/// Sets the current mesh (process-wide, like `jax.set_mesh`), used by `device_put` with
+/// a `PartitionSpec`. The returned guard restores the previous mesh when dropped.
+pub fn set_mesh(mesh: &Mesh) -> MeshGuard {
+    let mut s = mesh_stack().lock().unwrap_or_else(|e| e.into_inner());
+    let depth = s.len();
+    s.push(mesh.clone());
+    MeshGuard { depth, keep: false }
+}
+
+/// The current mesh (`jax.get_mesh()`), if one is set.
+pub fn get_mesh() -> Option<Mesh> {
+    mesh_stack().lock().unwrap_or_else(|e| e.into_inner()).last().cloned()
+}
+
+// ---------------------------------------------------------------- partition specs
+
+/// One dimension's entry of a `PartitionSpec`: not sharded (`None`), or sharded over one
+/// or more mesh axes (major to minor).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PEntry(pub Vec<String>);
+
+impl From<&str> for PEntry {
+    fn from(s: &str) -> Self {
+        PEntry(vec![s.to_string()])
+    }
+}
+impl From<Option<&str>> for PEntry {
+    fn from(s: Option<&str>) -> Self {
+        PEntry(s.map(|s| vec![s.to_string()]).unwrap_or_default())
+    }
+}
+impl From<(&str, &str)> for PEntry {
+    fn from(s: (&str, &str)) -> Self {
+        PEntry(vec![s.0.to_string(), s.1.to_string()])
+    }
+}
+impl From<(&str, &str, &str)> for PEntry {
+    fn from(s: (&str, &str, &str)) -> Self {
+        PEntry(vec![s.0.to_string(), s.1.to_string(), s.2.to_string()])
+    }
+}
+impl<const N: usize> From<[&str; N]> for PEntry {
+    fn from(s: [&str; N]) -> Self {
+        PEntry(s.iter().map(|s| s.to_string()).collect())
+    }
+}
+
+/// How each dimension of an array is split over mesh axes (`jax.P` /
+/// `jax.sharding.PartitionSpec`). Build it with the `P!` macro: `P!("x", None)`,
+/// `P!(("x", "y"))` (one dimension over two axes), `P!()` (replicated); or
+/// `PartitionSpec::new(&[Some("x"), None])`. Missing trailing entries mean "not sharded".
+/// `{:?}` is JAX's repr: `P('x', None)`, `P('x',)`, `P(('x', 'y'),)`, `P()`.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct PartitionSpec(pub Vec<PEntry>);
+
+/// `jax.P`.
+pub type P = PartitionSpec;
+
+impl PartitionSpec {
+    /// A spec with one optional axis per dimension.
+    pub fn new(entries: &[Option<&str>]) -> PartitionSpec {
+        PartitionSpec(entries.iter().map(|e| PEntry::from(*e)).collect())
+    }
+    /// From entries (what `P!` expands to).
+    pub fn from_entries(entries: Vec<PEntry>) -> PartitionSpec {
+        PartitionSpec(entries)
+    }
+    /// The axes dimension `d` is split over (empty when not sharded).
+    pub fn axes(&self, d: usize) -> &[String] {
+        self.0.get(d).map(|e| e.0.as_slice()).unwrap_or(&[])
+    }
+}
+
+impl fmt::Debug for PartitionSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let items: Vec<String> = self
+            .0
+            .iter()
+            .map(|e| match e.0.len() {
+                0 => "None".to_string(),
+                1 => format!("'{}'", e.0[0]),
+                _ => py_tuple(e.0.iter().map(|a| format!("'{a}'"))),
+            })
+            .collect();
+        let t = py_tuple(items.into_iter());
+        write!(f, "P{}", if self.0.is_empty() { "()".to_string() } else { t })
+    }
+}
+
+/// `jax.P(...)`: `P!("x", None)`, `P!(("x", "y"), None)`, `P!()`. Each entry is a `&str`,
+/// `None`, a tuple or array of `&str` (several mesh axes for one dimension).
+#[macro_export]
+macro_rules! P {
+    ($($e:expr),* $(,)?) => {
+        $crate::sharding::PartitionSpec::from_entries(vec![$($crate::sharding::PEntry::from($e)),*])
+    };
+}
+
+// ---------------------------------------------------------------- shardings
+
+/// An array split over a mesh by a `PartitionSpec` (`jax.NamedSharding`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct NamedSharding {
+    /// The devices and their axes.
+    pub mesh: Mesh,
+    /// Which mesh axes split which dimension.
+    pub spec: PartitionSpec,
+}
+
+impl NamedSharding {
+    /// Errors: `ValueError` if the spec names an axis the mesh lacks or uses an axis twice.
+    pub fn new(mesh: &Mesh, spec: PartitionSpec) -> Result<NamedSharding> {
+        let mut seen: Vec<&str> = vec![];
+        for e in &spec.0 {
+            for a in &e.0 {
+                if mesh.axis_index(a).is_none() {
+                    return Err(Error::value_error(format!(
+                        "Resource axis: {a} of {spec:?} is not found in mesh: {}.",
+                        py_tuple(mesh.axis_names().iter().map(|n| format!("'{n}'")))
+                    )));
+                }
+                if seen.contains(&a.as_str()) {
+                    return Err(Error::value_error(format!(
+                        "A sharding spec can't use the same mesh axis twice: {a} in {spec:?}"
+                    )));
+                }
+                seen.push(a);
+            }
+        }
+        Ok(NamedSharding { mesh: mesh.clone(), spec })
+    }
+
+    /// How many pieces dimension `d` is split into.
+    fn parts(&self, d: usize) -> usize {
+        self.spec.axes(d).iter().map(|a| self.mesh.axis_size(a).unwrap_or(1)).product()
+    }
+
+    /// For each device of the mesh (row-major), the block it holds of an array of `shape`:
+    /// per dimension `(start, len, full)` (`full` when the dimension is not split).
+    /// Errors: JAX's divisibility `ValueError`, or a spec longer than the rank.
+    pub(crate) fn blocks(&self, shape: &[usize]) -> Result<Vec<(u32, BlockIndex)>> {
+        if self.spec.0.len() > shape.len() {
+            return Err(Error::value_error(format!(
+                "One of device_put args was given the sharding of {self:?}, which implies that it has a rank of at least {}, but it is {}",
+                self.spec.0.len(),
+                shape.len()
+            )));
+        }
+        for (d, &n) in shape.iter().enumerate() {
+            let p = self.parts(d);
+            if n % p != 0 {
+                return Err(Error::value_error(format!(
+                    "One of device_put args was given the sharding of {self:?}, which implies that the global size of its dimension {d} should be divisible by {p}, but it is equal to {n} (full shape: {})",
+                    py_tuple(shape.iter().map(|s| s.to_string()))
+                )));
+            }
+        }
+        let sizes = self.mesh.axis_sizes();
+        let ids = self.mesh.device_ids();
+        let mut out = Vec::with_capacity(ids.len());
+        for (flat, &dev) in ids.iter().enumerate() {
+            // Mesh coordinates of this device.
+            let mut coords = vec![0usize; sizes.len()];
+            let mut r = flat;
+            for k in (0..sizes.len()).rev() {
+                coords[k] = r % sizes[k];
+                r /= sizes[k];
+            }
+            let idx = shape
+                .iter()
+                .enumerate()
+                .map(|(d, &n)| {
+                    let axes = self.spec.axes(d);
+                    if axes.is_empty() {
+                        return (0, n, true);
+                    }
+                    let mut i = 0;
+                    for a in axes {
+                        let k = self.mesh.axis_index(a).expect("checked");
+                        i = i * sizes[k] + coords[k];
+                    }
+                    let len = n / self.parts(d);
+                    (i * len, len, false)
+                })
+                .collect();
+            out.push((dev, idx));
+        }
+        Ok(out)
+    }
+
+    /// For each device of the mesh (row-major), the part of an array of `shape` it holds:
+    /// per dimension `Some((start, stop))`, or `None` for a dimension that is not split
+    /// (JAX's `devices_indices_map`). Errors: as `device_put` (divisibility, rank).
+    pub fn devices_indices_map(&self, shape: &[usize]) -> Result<Vec<(Device, ShardIndex)>> {
+        Ok(self
+            .blocks(shape)?
+            .into_iter()
+            .map(|(d, idx)| (Device { id: d }, idx.iter().map(|&(a, n, full)| if full { None } else { Some((a, a + n)) }).collect()))
+            .collect())
+    }
+
+    /// Whether every device holds the whole array.
+    pub fn is_fully_replicated(&self) -> bool {
+        self.spec.0.iter().all(|e| e.0.is_empty())
+    }
+}
+
+impl fmt::Debug for NamedSharding {
+    /// `NamedSharding(mesh=Mesh('x': 4, axis_types=(Explicit,)), spec=P('x',), memory_kind=device)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NamedSharding(mesh={}, spec={:?}, memory_kind=device)", self.mesh, self.spec)
+    }
+}
+
+/// An array held whole by one device (`jax.sharding.SingleDeviceSharding`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SingleDeviceSharding {
+    /// The device holding the array.
+    pub device: Device,
+}
+
+impl fmt::Debug for SingleDeviceSharding {
+    /// `SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=device)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SingleDeviceSharding(device={:?}, memory_kind=device)", self.device)
+    }
+}
+
+/// An array's sharding (`Array::sharding`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Sharding {
+    /// On one device.
+    Single(SingleDeviceSharding),
+    /// Split (or replicated) over a mesh.
+    Named(NamedSharding),
+}
+
+impl Sharding {
+    /// The devices holding parts of the array (mesh order).
+    pub fn device_set(&self) -> Vec<Device> {
+        match self {
+            Sharding::Single(s) => vec![s.device],
+            Sharding::Named(n) => n.mesh.devices(),
+        }
+    }
+    /// `sharding.num_devices`.
+    pub fn num_devices(&self) -> usize {
+        self.device_set().len()
+    }
+    /// The mesh of a `NamedSharding`.
+    pub fn mesh(&self) -> Option<&Mesh> {
+        match self {
+            Sharding::Named(n) => Some(&n.mesh),
+            Sharding::Single(_) => None,
+        }
+    }
+    /// The spec of a `NamedSharding`.
+    pub fn spec(&self) -> Option<&PartitionSpec> {
+        match self {
+            Sharding::Named(n) => Some(&n.spec),
+            Sharding::Single(_) => None,
+        }
+    }
+}
+
+impl fmt::Debug for Sharding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Sharding::Single(s) => s.fmt(f),
+            Sharding::Named(n) => n.fmt(f),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- sharded storage
+
+/// A shard's place in the global array: per dimension `Some((start, stop))`, or `None`
+/// when the dimension is not split (`slice(None, None, None)`).
+pub type ShardIndex = Vec<Option<(usize, usize)>>;
+
+/// A block of an array: per dimension `(start, len, whole dimension)`.
+pub(crate) type BlockIndex = Vec<(usize, usize, bool)>;
+
+/// One shard's storage: its device, its block of the global array and its data.
+pub(crate) struct ShardBuf {
+    device: u32,
+    index: Vec<(usize, usize, bool)>,
+    data: Arc<DeviceArray>,
+}
+
+/// What a sharded `DeviceArray` carries besides its (maybe not yet gathered) whole value.
+pub(crate) struct Sharded {
+    pub(crate) sharding: NamedSharding,
+    shards: OnceLock<Vec<ShardBuf>>,
+    /// The whole value is gathered from the shards on first `wait` (a `device_put`
+    /// result); otherwise the whole value is computed and shards are sliced on demand.
+    pub(crate) gather_on_wait: bool,
+}
+
+impl Sharded {
+    pub(crate) fn shards_ready(&self) -> bool {
+        self.shards.get().map(|v| v.iter().all(|s| s.data.is_ready())).unwrap_or(false)
+    }
+    /// Assembles the whole value from the shards.
+    pub(crate) fn gather(&self, aval: &ShapedArray) -> Result<Arc<Buffer>> {
+        let shards = self.shards.get().ok_or_else(|| Error::runtime("internal error: sharded array without shards"))?;
+        let mut whole = Buffer::zeros(&aval.strong());
+        let esize = aval.dtype.size_bytes();
+        let mut done: Vec<&Vec<(usize, usize, bool)>> = vec![];
+        for s in shards {
+            if done.contains(&&s.index) {
+                continue; // a replica of a block already copied
+            }
+            let b = s.data.wait()?;
+            copy_block(whole.bytes_mut(), &aval.shape, b.bytes(), &s.index, esize, true);
+            done.push(&s.index);
+        }
+        Ok(Arc::new(whole))
+    }
+}
+
+/// Copies between a whole array (`whole`, row-major of `shape`) and one block of it
+/// (`block`, row-major of the block's shape): into the whole when `into_whole`, else out.
+fn copy_block(whole: &mut [u8], shape: &[usize], block: &[u8], index: &[(usize, usize, bool)], esize: usize, into_whole: bool) {
+    // Safe shared-borrow version for the "out" direction goes through raw copies below.
+    let nd = shape.len();
+    if nd == 0 {
+        if into_whole {
+            whole.copy_from_slice(block);
+        }
+        return;
+    }
+    let mut wstrides = vec![esize; nd];
+    let mut bstrides = vec![esize; nd];
+    for d in (0..nd - 1).rev() {
+        wstrides[d] = wstrides[d + 1] * shape[d + 1];
+        bstrides[d] = bstrides[d + 1] * index[d + 1].1;
+    }
+    let row = index[nd - 1].1 * esize;
+    let rows: usize = index[..nd - 1].iter().map(|i| i.1).product();
+    let mut ctr = vec![0usize; nd.saturating_sub(1)];
+    for _ in 0..rows {
+        let mut w = index[nd - 1].0 * esize;
+        let mut b = 0;
+        for d in 0..nd - 1 {
+            w += (index[d].0 + ctr[d]) * wstrides[d];
+            b += ctr[d] * bstrides[d];
+        }
+        if into_whole {
+            whole[w..w + row].copy_from_slice(&block[b..b + row]);
+        }
+        for d in (0..nd - 1).rev() {
+            ctr[d] += 1;
+            if ctr[d] < index[d].1 {
+                break;
+            }
+            ctr[d] = 0;
+        }
+    }
+}
+
+/// The block `index` of `whole` (row-major of `shape`) as a new buffer.
+fn slice_block(whole: &Buffer, index: &[(usize, usize, bool)]) -> Buffer {
+    let shape = whole.shape().to_vec();
+    let bshape: Vec<usize> = index.iter().map(|i| i.1).collect();
+    let mut out = Buffer::zeros(&ShapedArray::new(&bshape, whole.dtype()));
+    let esize = whole.dtype().size_bytes();
+    let nd = shape.len();
+    if nd == 0 {
+        out.bytes_mut().copy_from_slice(whole.bytes());
+        return out;
+    }
+    let mut wstrides = vec![esize; nd];
+    for d in (0..nd - 1).rev() {
+        wstrides[d] = wstrides[d + 1] * shape[d + 1];
+    }
+    let row = index[nd - 1].1 * esize;
+    let rows: usize = index[..nd - 1].iter().map(|i| i.1).product();
+    let mut ctr = vec![0usize; nd - 1];
+    let src = whole.bytes();
+    let dst = out.bytes_mut();
+    for r in 0..rows {
+        let mut w = index[nd - 1].0 * esize;
+        for d in 0..nd - 1 {
+            w += (index[d].0 + ctr[d]) * wstrides[d];
+        }
+        dst[r * row..(r + 1) * row].copy_from_slice(&src[w..w + row]);
+        for d in (0..nd - 1).rev() {
+            ctr[d] += 1;
+            if ctr[d] < index[d].1 {
+                break;
+            }
+            ctr[d] = 0;
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------- device_put
+
+/// Where `device_put` sends an array.
+#[derive(Clone)]
+pub enum PutTarget {
+    /// Copy to one device (committed).
+    Device(Device),
+    /// Split over a sharding's devices.
+    Sharding(Sharding),
+    /// Split by a spec over the current mesh (`set_mesh`).
+    Spec(PartitionSpec),
+}
+
+impl From<Device> for PutTarget {
+    fn from(d: Device) -> Self {
+        PutTarget::Device(d)
+    }
+}
+impl From<NamedSharding> for PutTarget {
+    fn from(s: NamedSharding) -> Self {
+        PutTarget::Sharding(Sharding::Named(s))
+    }
+}
+impl From<&NamedSharding> for PutTarget {
+    fn from(s: &NamedSharding) -> Self {
+        PutTarget::Sharding(Sharding::Named(s.clone()))
+    }
+}
+impl From<SingleDeviceSharding> for PutTarget {
+    fn from(s: SingleDeviceSharding) -> Self {
+        PutTarget::Device(s.device)
+    }
+}
+impl From<Sharding> for PutTarget {
+    fn from(s: Sharding) -> Self {
+        PutTarget::Sharding(s)
+    }
+}
+impl From<PartitionSpec> for PutTarget {
+    fn from(s: PartitionSpec) -> Self {
+        PutTarget::Spec(s)
+    }
+}
+/// A mesh: replicated over all its devices (`NamedSharding(mesh, P())`).
+impl From<&Mesh> for PutTarget {
+    fn from(m: &Mesh) -> Self {
+        PutTarget::Sharding(Sharding::Named(NamedSharding { mesh: m.clone(), spec: PartitionSpec::default() }))
+    }
+}
+
+/// `jax.device_put(x, target)`: copies `x` to a device (the result is committed to it), or
+/// splits it over a mesh by a sharding (one buffer per device, committed). Asynchronous:
+/// the copies run on the target devices' workers. Inside `jit` it returns `x` unchanged
+/// (placement inside computations comes with the partitioner).
+/// Errors: `ValueError` for a `PartitionSpec` with no mesh set, specs that do not fit the
+/// mesh or the shape (JAX's divisibility error).
+pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
+    let src = match &x.0 {
+        Repr::Tracer(_) => return Ok(x.clone()),
+        Repr::Device(d) => d.clone(),
+    };
+    device_count();
+    let sharding = match target.into() {
+        PutTarget::Device(d) => Sharding::Single(SingleDeviceSharding { device: Device::new(d.id as usize)? }),
+        PutTarget::Sharding(s) => s,
+        PutTarget::Spec(spec) => {
+            let mesh = get_mesh().ok_or_else(|| {
+                Error::value_error(format!(
+                    "device_put with a PartitionSpec {spec:?} needs a mesh: call set_mesh(&mesh) first or pass a NamedSharding"
+                ))
+            })?;
+            Sharding::Named(NamedSharding::new(&mesh, spec)?)
+        }
+    };
+    match sharding {
+        Sharding::Single(s) => Ok(Array::from_device(put_on(&src, s.device.id, true))),
+        Sharding::Named(ns) => {
+            let ns = NamedSharding::new(&ns.mesh, ns.spec.clone())?;
+            let aval = src.aval.clone();
+            let blocks = ns.blocks(&aval.shape)?;
+            if ns.mesh.size() == 1 {
+                // One device: a plain committed array that still reports its NamedSharding.
+                let d = blocks[0].0;
+                let one = put_on(&src, d, true);
+                let sh = Sharded { sharding: ns, shards: OnceLock::new(), gather_on_wait: false };
+                let _ = sh.shards.set(vec![ShardBuf { device: d, index: blocks[0].1.clone(), data: one.clone() }]);
+                return Ok(Array::from_device(wrap_sharded(&one, aval, sh)));
+            }
+            let shards: Vec<ShardBuf> = blocks
+                .into_iter()
+                .map(|(dev, index)| {
+                    let bshape: Vec<usize> = index.iter().map(|i| i.1).collect();
+                    let out = DeviceArray::pending_on(ShapedArray::new(&bshape, aval.dtype), Placement { device: dev, committed: true });
+                    let s2 = src.clone();
+                    let idx = index.clone();
+                    dispatch::submit_on(dev, vec![out.clone()], move || {
+                        let b = s2.wait()?;
+                        Ok(vec![slice_block(&b, &idx)])
+                    });
+                    ShardBuf { device: dev, index, data: out }
+                })
+                .collect();
+            let first = ns.mesh.device_ids()[0];
+            let sh = Sharded { sharding: ns, shards: OnceLock::new(), gather_on_wait: true };
+            let _ = sh.shards.set(shards);
+            Ok(Array::from_device(DeviceArray::sharded(aval, Placement { device: first, committed: true }, sh, None)))
+        }
+    }
+}
+
+/// A copy of `src`'s value on device `dev` (a job on that device's worker).
+fn put_on(src: &Arc<DeviceArray>, dev: u32, committed: bool) -> Arc<DeviceArray> {
+    let out = DeviceArray::pending_on(src.aval.clone(), Placement { device: dev, committed });
+    let s2 = src.clone();
+    dispatch::submit_on(dev, vec![out.clone()], move || Ok(vec![(*s2.wait()?).clone()]));
+    out
+}
+
+/// A sharded array whose whole value is `one`'s (filled when `one` is).
+fn wrap_sharded(one: &Arc<DeviceArray>, aval: ShapedArray, sh: Sharded) -> Arc<DeviceArray> {
+    DeviceArray::sharded(aval, one.placement, Sharded { gather_on_wait: true, ..sh }, None)
+}
+
+// ---------------------------------------------------------------- placement of results
+
+/// Where the results of an op or jit call go: `placement`, and for results of sharded
+/// inputs the sharding to report (the first sharded input's and its shape).
+pub(crate) struct OutPlace {
+    pub(crate) placement: Placement,
+    sharded: Option<(NamedSharding, Vec<usize>)>,
+}
+
+impl OutPlace {
+    pub(crate) const DEFAULT: OutPlace = OutPlace { placement: Placement::DEFAULT, sharded: None };
+
+    /// A result array of `aval`: ready with `whole`, else pending.
+    pub(crate) fn out(&self, aval: ShapedArray, whole: Option<Arc<Buffer>>) -> Arc<DeviceArray> {
+        match &self.sharded {
+            None => match whole {
+                Some(b) => DeviceArray::ready_on(aval, b, self.placement),
+                None => DeviceArray::pending_on(aval, self.placement),
+            },
+            Some((ns, shape)) => {
+                let spec = if *shape == aval.shape { ns.spec.clone() } else { PartitionSpec::default() };
+                let sh = Sharded { sharding: NamedSharding { mesh: ns.mesh.clone(), spec }, shards: OnceLock::new(), gather_on_wait: false };
+                DeviceArray::sharded(aval, self.placement, sh, whole)
+            }
+        }
+    }
+}
+
+/// The device ids an array is on.
+fn device_ids(d: &DeviceArray) -> Vec<u32> {
+    match d.sharded_info() {
+        Some(sh) => sh.sharding.mesh.device_ids().to_vec(),
+        None => vec![d.placement.device],
+    }
+}
+
+fn same_devices(a: &DeviceArray, b: &DeviceArray) -> bool {
+    match (a.sharded_info(), b.sharded_info()) {
+        (None, None) => a.placement.device == b.placement.device,
+        _ => device_ids(a) == device_ids(b),
+    }
+}
+
+/// The placement of the results of `fun_name` on `inputs`: uncommitted inputs follow
+/// committed ones; committed inputs must share their devices. `arg_name(i)` names input
+/// `i` in the error. Cheap when no input is committed (one field read per input).
+/// Errors: JAX's `ValueError: Received incompatible devices for jitted computation. …`.
+pub(crate) fn out_place<'a>(
+    inputs: impl Iterator<Item = &'a Arc<DeviceArray>> + Clone,
+    fun_name: &str,
+    arg_name: impl Fn(usize) -> String,
+) -> Result<OutPlace> {
+    let mut first: Option<(usize, &Arc<DeviceArray>)> = None;
+    for (i, d) in inputs.clone().enumerate() {
+        if !d.placement.committed {
+            continue;
+        }
+        match first {
+            None => first = Some((i, d)),
+            Some((j, f)) => {
+                if !same_devices(f, d) {
+                    let ids = |d: &DeviceArray| format!("{:?}", device_ids(d));
+                    return Err(Error::value_error(format!(
+                        "Received incompatible devices for jitted computation. Got argument {} of {fun_name} with shape {} and with device ids {} on platform CPU and argument {} of {fun_name} with shape {} and with device ids {} on platform CPU",
+                        arg_name(j),
+                        type_text(f),
+                        ids(f),
+                        arg_name(i),
+                        type_text(d),
+                        ids(d)
+                    )));
+                }
+            }
+        }
+    }
+    let Some((_, f)) = first else { return Ok(OutPlace::DEFAULT) };
+    let sharded = inputs
+        .filter(|d| d.placement.committed)
+        .find_map(|d| d.sharded_info().map(|s| (s.sharding.clone(), d.aval.shape.clone())));
+    Ok(OutPlace { placement: f.placement, sharded })
+}
+
+/// Argument names JAX uses for an eager op: `x`, `y` for binary ops, else `args[i]`.
+pub(crate) fn eager_arg_name(n: usize) -> impl Fn(usize) -> String {
+    move |i| if n == 2 { ["x", "y"][i].to_string() } else if n == 1 { "x".to_string() } else { format!("args[{i}]") }
+}
+
+// ---------------------------------------------------------------- typeof
+
+/// The type text of a device array with its explicit sharding: `float32[8@x]`.
+fn type_text(d: &DeviceArray) -> String {
+    match d.sharded_info() {
+        Some(sh) => sharded_type_text(&d.aval, &sh.sharding),
+        None => d.aval.long(),
+    }
+}
+
+fn sharded_type_text(aval: &ShapedArray, ns: &NamedSharding) -> String {
+    let dims: Vec<String> = aval
+        .shape
+        .iter()
+        .enumerate()
+        .map(|(d, n)| {
+            let axes: Vec<&String> = ns
+                .spec
+                .axes(d)
+                .iter()
+                .filter(|a| ns.mesh.axis_index(a).map(|k| ns.mesh.axis_types()[k] == AxisType::Explicit).unwrap_or(false))
+                .collect();
+            match axes.len() {
+                0 => n.to_string(),
+                1 => format!("{n}@{}", axes[0]),
+                _ => format!("{n}@({})", axes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")),
+            }
+        })
+        .collect();
+    format!("{}{}[{}]", if aval.weak_type { "~" } else { "" }, aval.dtype.name(), dims.join(","))
+}
+
+/// The type of an array as `jax.typeof` shows it: `{}` gives `float32[8@x]` (dimensions
+/// split over `Explicit` mesh axes carry `@axis`), `{:?}` gives `ShapedArray(float32[8@x])`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ArrayType {
+    /// Shape, dtype, weak type.
+    pub aval: ShapedArray,
+    /// The sharding of a sharded concrete array.
+    pub sharding: Option<NamedSharding>,
+}
+
+impl fmt::Display for ArrayType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.sharding {
+            Some(ns) => f.write_str(&sharded_type_text(&self.aval, ns)),
+            None => f.write_str(&self.aval.long()),
+        }
+    }
+}
+impl fmt::Debug for ArrayType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ShapedArray({self})")
+    }
+}
+
+/// `jax.typeof(x)` (`typeof` is a Rust keyword): the array's type with its sharding.
+pub fn typeof_(x: &Array) -> ArrayType {
+    match &x.0 {
+        Repr::Device(d) => ArrayType { aval: d.aval.clone(), sharding: d.sharded_info().map(|s| s.sharding.clone()) },
+        Repr::Tracer(_) => ArrayType { aval: x.aval(), sharding: None },
+    }
+}
+
+// ---------------------------------------------------------------- Array methods
+
+/// One device's piece of an array (`jax.Shard`): `{:?}` is JAX's
+/// `Shard(device=CpuDevice(id=0), index=(slice(0, 2, None), …), replica_id=0, data=[…])`.
+#[derive(Clone)]
+pub struct Shard {
+    /// The device holding this piece.
+    pub device: Device,
+    /// Per dimension `(start, stop)`; `None` for a dimension that is not split
+    /// (`slice(None, None, None)`).
+    pub index: ShardIndex,
+    /// Which copy of this block it is (0 for the first device holding it).
+    pub replica_id: usize,
+    /// The shard's data, an array committed to `device`.
+    pub data: Array,
+}
+
+impl fmt::Debug for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let idx = py_tuple(self.index.iter().map(|i| match i {
+            Some((a, b)) => format!("slice({a}, {b}, None)"),
+            None => "slice(None, None, None)".to_string(),
+        }));
+        write!(f, "Shard(device={:?}, index={idx}, replica_id={}, data={})", self.device, self.replica_id, self.data)
+    }
+}
+
+impl Array {
+    /// Whether the array is committed to its devices (`device_put` to a device or
+    /// sharding, or a result of committed inputs). Tracers: `false`.
+    pub fn committed(&self) -> bool {
+        match &self.0 {
+            Repr::Device(d) => d.placement.committed,
+            Repr::Tracer(_) => false,
+        }
+    }
+
+    /// The array's sharding: `SingleDeviceSharding(device=CpuDevice(id=0), …)` for arrays
+    /// on one device, the `NamedSharding` for sharded ones. Errors for tracers.
+    pub fn sharding(&self) -> Result<Sharding> {
+        match &self.0 {
+            Repr::Device(d) => Ok(match d.sharded_info() {
+                Some(s) => Sharding::Named(s.sharding.clone()),
+                None => Sharding::Single(SingleDeviceSharding { device: Device { id: d.placement.device } }),
+            }),
+            Repr::Tracer(_) => Err(Error::type_error("a traced array has no concrete sharding; use typeof_")),
+        }
+    }
+
+    /// The devices holding the array (`x.devices()`), in mesh order.
+    pub fn devices(&self) -> Result<Vec<Device>> {
+        Ok(self.sharding()?.device_set())
+    }
+
+    /// The shards on this process's devices, in mesh order (`x.addressable_shards`). For
+    /// a computed sharded array the shards are sliced from its value now (waiting for it).
+    /// Errors: the computation's error; tracers.
+    pub fn addressable_shards(&self) -> Result<Vec<Shard>> {
+        let d = match &self.0 {
+            Repr::Device(d) => d,
+            Repr::Tracer(_) => return Err(Error::type_error("a traced array has no shards")),
+        };
+        let Some(sh) = d.sharded_info() else {
+            let dev = Device { id: d.placement.device };
+            return Ok(vec![Shard { device: dev, index: vec![None; d.aval.ndim()], replica_id: 0, data: self.clone() }]);
+        };
+        if sh.shards.get().is_none() {
+            let whole = d.wait()?;
+            let blocks = sh.sharding.blocks(&d.aval.shape)?;
+            let v: Vec<ShardBuf> = blocks
+                .into_iter()
+                .map(|(dev, index)| {
+                    let b = slice_block(&whole, &index);
+                    ShardBuf { device: dev, index, data: DeviceArray::ready_on(b.aval().clone(), Arc::new(b), Placement { device: dev, committed: true }) }
+                })
+                .collect();
+            let _ = sh.shards.set(v);
+        }
+        let shards = sh.shards.get().expect("set");
+        let mut seen: Vec<(&BlockIndex, usize)> = vec![];
+        Ok(shards
+            .iter()
+            .map(|s| {
+                let replica_id = match seen.iter_mut().find(|(i, _)| *i == &s.index) {
+                    Some((_, n)) => {
+                        *n += 1;
+                        *n - 1
+                    }
+                    None => {
+                        seen.push((&s.index, 1));
+                        0
+                    }
+                };
+                Shard {
+                    device: Device { id: s.device },
+                    index: s.index.iter().map(|&(a, n, full)| if full { None } else { Some((a, a + n)) }).collect(),
+                    replica_id,
+                    data: Array::from_device(s.data.clone()),
+                }
+            })
+            .collect())
+    }
+}
+
+// ---------------------------------------------------------------- visualize_array_sharding
+
+/// `jax.debug.visualize_array_sharding(x, use_color=False)`: the text table of which
+/// devices hold which block of a 1-D or 2-D array, as JAX draws it with `rich` (box
+/// `SQUARE`, lines between rows, no padding; scale 1, `min_width` 9, `max_width` 80).
+/// Algorithm from `jax/_src/debugging.py::visualize_sharding`: base height 10, base width
+/// `int(10 * cols/rows)` (1-D: `int(10/len)`), a block's cell is
+/// `clamp(int(frac_w * base_width * 2.5), 9, 80)` characters wide less 2 and
+/// `int(frac_h * 10)` lines tall (1-D: 1), the label `CPU <sorted ids>` centred.
+/// Errors: JAX's `ValueError` for other ranks; tracers.
+pub fn visualize_array_sharding(x: &Array) -> Result<String> {
+    let d = match &x.0 {
+        Repr::Device(d) => d,
+        Repr::Tracer(_) => return Err(Error::type_error("visualize_array_sharding needs a concrete array")),
+    };
+    let shape = d.aval.shape.clone();
+    if shape.is_empty() || shape.len() > 2 {
+        return Err(Error::value_error("`visualize_sharding` only works for shapes with 1 and 2 dimensions."));
+    }
+    let blocks: Vec<(u32, BlockIndex)> = match d.sharded_info() {
+        Some(sh) => sh.sharding.blocks(&shape)?,
+        None => vec![(d.placement.device, shape.iter().map(|&n| (0, n, true)).collect())],
+    };
+    let base_height = 10usize;
+    let aspect = if shape.len() == 2 { shape[1] as f64 / shape[0] as f64 } else { 1.0 / shape[0] as f64 };
+    let base_width = (base_height as f64 * aspect) as usize;
+    // (row, col) -> (device ids, width, height)
+    let mut cells: std::collections::BTreeMap<(usize, usize), (Vec<u32>, usize, usize)> = Default::default();
+    for (dev, idx) in blocks {
+        let frac = |i: usize, n: usize| idx[i].1 as f64 / n as f64;
+        let block_no = |i: usize| idx[i].0.checked_div(idx[i].1).unwrap_or(0);
+        let (key, w, h) = if shape.len() == 2 {
+            ((block_no(0), block_no(1)), frac(1, shape[1]) * base_width as f64 * 2.5, (frac(0, shape[0]) * base_height as f64) as usize)
+        } else {
+            ((0, block_no(0)), frac(0, shape[0]) * base_width as f64 * 2.5, 1)
+        };
+        let w = (w as usize).clamp(9, 80);
+        let e = cells.entry(key).or_insert((vec![], w, h));
+        if !e.0.contains(&dev) {
+            e.0.push(dev);
+        }
+    }
+    let rows = cells.keys().map(|k| k.0).max().unwrap_or(0) + 1;
+    let cols = cells.keys().map(|k| k.1).max().unwrap_or(0) + 1;
+    // Each cell's lines before column alignment.
+    let mut grid: Vec<Vec<Vec<String>>> = vec![vec![vec![]; cols]; rows];
+    for (&(r, c), (ids, w, h)) in &cells {
+        let mut ids = ids.clone();
+        ids.sort();
+        let label = format!("CPU {}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+        let (l, rem) = div_mod(*w as i64 - label.chars().count() as i64 - 2, 2);
+        let (left, right) = (l.max(0) as usize, (l + rem).max(0) as usize);
+        let (t, rem) = div_mod(*h as i64 - 2, 2);
+        let (top, bottom) = (t.max(0) as usize, (t + rem).max(0) as usize);
+        let width = left + label.chars().count() + right;
+        let mut lines = vec![" ".repeat(width); top];
+        lines.push(format!("{}{label}{}", " ".repeat(left), " ".repeat(right)));
+        lines.extend(vec![" ".repeat(width); bottom]);
+        grid[r][c] = lines;
+    }
+    let col_w: Vec<usize> = (0..cols).map(|c| (0..rows).map(|r| grid[r][c].first().map(|s| s.chars().count()).unwrap_or(0)).max().unwrap_or(0)).collect();
+    let rule = |l: &str, m: &str, r: &str| format!("{l}{}{r}\n", col_w.iter().map(|w| "─".repeat(*w)).collect::<Vec<_>>().join(m));
+    let mut out = rule("┌", "┬", "┐");
+    for (r, row) in grid.iter().enumerate() {
+        let height = row.iter().map(|c| c.len()).max().unwrap_or(1);
+        for line in 0..height {
+            out.push('│');
+            for (c, cell) in row.iter().enumerate() {
+                // Vertically centred, horizontally centred in the column.
+                let off = (height - cell.len()) / 2;
+                let text = if line >= off && line - off < cell.len() { cell[line - off].clone() } else { String::new() };
+                let pad = col_w[c] - text.chars().count();
+                out.push_str(&format!("{}{text}{}│", " ".repeat(pad / 2), " ".repeat(pad - pad / 2)));
+            }
+            out.push('\n');
+        }
+        if r + 1 < rows {
+            out.push_str(&rule("├", "┼", "┤"));
+        }
+    }
+    out.push_str(&rule("└", "┴", "┘"));
+    Ok(out)
+}
+
+/// Python's `divmod` for integers (floor division).
+fn div_mod(a: i64, b: i64) -> (i64, i64) {
+    let q = a.div_euclid(b);
+    (q, a - q * b)
+}
