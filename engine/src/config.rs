@@ -44,6 +44,11 @@ flags! {
     ENABLE_X64, "jax_enable_x64", "JAX_ENABLE_X64", false, "Allow 64-bit dtypes; when off, f64/i64 values become f32/i32 as in JAX.";
     EXPLAIN_CACHE_MISSES, "jax_explain_cache_misses", "JAX_EXPLAIN_CACHE_MISSES", false, "Explain each tracing cache miss on stderr.";
     LOG_COMPILES, "jax_log_compiles", "JAX_LOG_COMPILES", false, "Log trace, lowering and compile times of each compilation on stderr.";
+    // Debugging flags (201-09).
+    DEBUG_NANS, "jax_debug_nans", "JAX_DEBUG_NANS", false, "Check every output for NaN; re-run op by op to name the primitive and line that made it (FloatingPointError).";
+    DEBUG_INFS, "jax_debug_infs", "JAX_DEBUG_INFS", false, "Like jax_debug_nans, for infinities.";
+    DISABLE_JIT, "jax_disable_jit", "JAX_DISABLE_JIT", false, "Run jitted functions eagerly, op by op, on concrete values.";
+    CHECK_TRACER_LEAKS, "jax_check_tracer_leaks", "JAX_CHECK_TRACER_LEAKS", false, "Error when a tracer outlives its trace (stored outside the traced function).";
 }
 
 /// Whether 64-bit dtypes are enabled (`jax_enable_x64`).
@@ -57,6 +62,108 @@ pub fn explain_cache_misses() -> bool {
 /// `jax_log_compiles`.
 pub fn log_compiles() -> bool {
     LOG_COMPILES.get()
+}
+
+/// `jax_debug_nans`.
+pub fn debug_nans() -> bool {
+    DEBUG_NANS.get()
+}
+/// `jax_debug_infs`.
+pub fn debug_infs() -> bool {
+    DEBUG_INFS.get()
+}
+/// `jax_disable_jit`.
+pub fn disable_jit() -> bool {
+    DISABLE_JIT.get()
+}
+/// `jax_check_tracer_leaks`.
+pub fn check_tracer_leaks() -> bool {
+    CHECK_TRACER_LEAKS.get()
+}
+
+/// Restores a boolean flag's previous value when dropped (see `scoped`).
+#[must_use = "the override ends when the guard is dropped"]
+pub struct FlagGuard {
+    flag: &'static Flag,
+    before: u8,
+}
+
+impl Drop for FlagGuard {
+    fn drop(&mut self) {
+        self.flag.state.store(self.before, Ordering::Relaxed);
+    }
+}
+
+/// Sets boolean flag `name` to `value` until the returned guard is dropped (JAX's
+/// `with jax.disable_jit():`, `with jax.debug_nans(True):`). Process-wide, like `update`.
+/// Errors: `ValueError` for an unknown name.
+pub fn scoped(name: &str, value: bool) -> Result<FlagGuard> {
+    let flag = *ALL.iter().find(|f| f.name == name).ok_or_else(|| unknown(name))?;
+    flag.get(); // read the env var first, so the restored state is a value
+    let before = flag.state.load(Ordering::Relaxed);
+    flag.set(value);
+    Ok(FlagGuard { flag, before })
+}
+
+fn unknown(name: &str) -> Error {
+    let mut names: Vec<&str> = ALL.iter().map(|f| f.name).collect();
+    names.extend(STRINGS.iter().map(|f| f.name));
+    Error::value_error(format!("unknown config flag {name:?}; known flags: {}", names.join(", ")))
+}
+
+/// A string-valued flag (`jax_dump_ir_to`): `None` until read from its env var or set.
+struct StrFlag {
+    name: &'static str,
+    env: &'static str,
+    default: &'static str,
+    value: std::sync::Mutex<Option<String>>,
+    doc: &'static str,
+}
+
+impl StrFlag {
+    fn get(&self) -> String {
+        let mut v = self.value.lock().unwrap_or_else(|e| e.into_inner());
+        v.get_or_insert_with(|| std::env::var(self.env).unwrap_or_else(|_| self.default.to_string())).clone()
+    }
+}
+
+static DUMP_IR_TO: StrFlag = StrFlag {
+    name: "jax_dump_ir_to",
+    env: "JAX_DUMP_IR_TO",
+    default: "",
+    value: std::sync::Mutex::new(None),
+    doc: "Directory to dump each compiled function's IR to, one file per stage (empty: off).",
+};
+static DUMP_IR_MODES: StrFlag = StrFlag {
+    name: "jax_dump_ir_modes",
+    env: "JAX_DUMP_IR_MODES",
+    default: "jaxpr,stablehlo,compiled,eqn_count",
+    value: std::sync::Mutex::new(None),
+    doc: "Comma-separated stages to dump: jaxpr, stablehlo (our lowered MLIR), compiled (optimized MLIR), eqn_count.",
+};
+static STRINGS: &[&StrFlag] = &[&DUMP_IR_TO, &DUMP_IR_MODES];
+
+/// `jax_dump_ir_to` (empty when off).
+pub fn dump_ir_to() -> String {
+    DUMP_IR_TO.get()
+}
+/// `jax_dump_ir_modes`.
+pub fn dump_ir_modes() -> String {
+    DUMP_IR_MODES.get()
+}
+
+/// Sets string flag `name` (`jax_dump_ir_to`, `jax_dump_ir_modes`) to `value` (JAX's
+/// `jax.config.update("jax_dump_ir_to", "/tmp/ir")`). Errors: `ValueError` for an unknown
+/// name.
+pub fn update_str(name: &str, value: &str) -> Result<()> {
+    let f = STRINGS.iter().find(|f| f.name == name).ok_or_else(|| unknown(name))?;
+    *f.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(value.to_string());
+    Ok(())
+}
+
+/// `(name, env var, value, doc)` of every string flag.
+pub fn describe_strings() -> Vec<(&'static str, &'static str, String, &'static str)> {
+    STRINGS.iter().map(|f| (f.name, f.env, f.get(), f.doc)).collect()
 }
 
 /// Sets flag `name` (e.g. `"jax_explain_cache_misses"`) to `value`.

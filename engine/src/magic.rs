@@ -251,6 +251,14 @@ pub fn explain() -> Text {
     Text(crate::transform::explain::report(&crate::transform::explain::recent()))
 }
 
+/// `%eqn-count CALL`: how many equations each source line of the jitted function CALL
+/// runs staged (sub-jaxprs included), most first: where a trace's size comes from
+/// (JAX's `eqn_count_pprof` dump as a table).
+pub fn eqn_counts<T>(call: impl FnOnce() -> T) -> Result<Text> {
+    let (name, e) = last_call(call)?;
+    Ok(Text(crate::debug::eqn_counts(&format!("jit({name})"), &e.jaxpr.jaxpr).to_string()))
+}
+
 /// `jax.effects_barrier()`: waits for all dispatched work (and its printed output).
 pub fn effects_barrier() -> Result<()> {
     dispatch::barrier()
@@ -268,7 +276,8 @@ pub fn help() -> Text {
          \x20 %cost CALL      cost analysis (flops, transcendentals, bytes) and memory analysis\n\
          \x20 %time CALL      wall time of one call, waiting for its result\n\
          \x20 %timeit CALL    mean ± std over repeated calls, like IPython\n\
-         \x20 %explain        why recent calls traced or compiled (trace / executable cache)\n\
+         \x20 %explain        why recent calls traced or compiled: each cache layer's verdict, reason, cost\n\
+         \x20 %eqn-count CALL equations per source line of CALL's trace (find unrolled loops)\n\
          \x20 %help           this text\n\
          Engine: jnp::arange, jnp::linspace, jnp::zeros/ones/full, jit(|x: Array| ...), f.call(&x),\n\
          grad(f)(x), value_and_grad, jvp, vjp, vmap(f)(x), lax::cond/while_loop/fori_loop/scan, jax::random, jax::nn,\n\

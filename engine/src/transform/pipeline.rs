@@ -183,8 +183,22 @@ pub fn compile_jaxpr(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result
     let (executable, cache_hit) = compile_lowered(&lowered, opts)?;
     let compile_secs = t1.elapsed().as_secs_f64();
     if config::log_compiles() && !cache_hit {
+        let avals: Vec<String> = j
+            .jaxpr
+            .invars
+            .iter()
+            .map(|v| {
+                let strong = ShapedArray { weak_type: false, ..v.aval.clone() };
+                format!("ShapedArray({}{})", strong.long(), if v.aval.weak_type { ", weak_type=True" } else { "" })
+            })
+            .collect();
+        let tuple = if avals.len() == 1 { format!("({},)", avals[0]) } else { format!("({})", avals.join(", ")) };
+        eprintln!("Compiling jit({name}) with global shapes and types {tuple}.");
         eprintln!("Finished jaxpr to MLIR module conversion jit({name}) in {lower_secs:.9} sec");
         eprintln!("Finished MLIR compilation of jit({name}) in {compile_secs:.9} sec");
+    }
+    if !cache_hit {
+        crate::debug::dump::dump_stages(name, j, &lowered.text, executable.optimized_ir());
     }
     Ok(CompiledArtifacts { lowered, executable, cache_hit, lower_secs, compile_secs: if cache_hit { 0.0 } else { compile_secs } })
 }

@@ -41,6 +41,7 @@ pub const MAGICS: &[MagicSpec] = &[
     MagicSpec { name: "time", function: "time", arg: MagicArg::Call, summary: "run CALL once and print its wall time" },
     MagicSpec { name: "timeit", function: "timeit", arg: MagicArg::Call, summary: "run CALL many times; print mean ± std per run" },
     MagicSpec { name: "explain", function: "explain", arg: MagicArg::None, summary: "explain the last cache misses" },
+    MagicSpec { name: "eqn-count", function: "eqn_counts", arg: MagicArg::Call, summary: "count CALL's jaxpr equations per source line" },
     MagicSpec { name: "help", function: "help", arg: MagicArg::None, summary: "list the magics" },
 ];
 
@@ -222,7 +223,7 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%jaxprr f.call(&x)") else { panic!() };
         assert_eq!(
             e,
-            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %explain, %help"
+            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %explain, %eqn-count, %help"
         );
         let Rewrite::Error(e) = rewrite("%time") else { panic!() };
         assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)`");
