@@ -14,7 +14,7 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NOTEBOOKS = ["201-01-jit", "201-02-aot", "201-03-control-flow"]
+NOTEBOOKS = ["201-01-jit", "201-02-aot", "201-03-control-flow", "201-09-debugging", "201-10-slow-compilation"]
 NOTEBOOK = os.path.join(ROOT, "notebooks", "201-01-jit.ipynb")
 KERNEL = "jaxrepl"
 # Generous: a cold engine build in the evaluation child takes about a minute on 2 cores.

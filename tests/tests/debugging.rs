@@ -198,3 +198,48 @@ fn tracer_leaks_are_found_and_a_leaked_tracer_is_an_error_later() {
     assert!(e.message.starts_with("Encountered an unexpected tracer."), "{}", e.message);
     assert!(e.message.contains("with type f32[]"), "{}", e.message);
 }
+
+#[test]
+fn breakpoint_reads_jdb_commands_and_prints_frame_values() {
+    let _l = lock();
+    use jax::debug::breakpoint::{set_io, Io};
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    // A scripted terminal: the transcript gets each prompt and the typed command.
+    let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let typed = out.clone();
+    let mut cmds: Vec<String> = ["p y", "pp x", "p z", "bogus", "w", "c"].iter().rev().map(|s| s.to_string()).collect();
+    set_io(Some(Io {
+        read_line: Box::new(move |prompt: &str| {
+            let c = cmds.pop()?;
+            typed.lock().unwrap().extend_from_slice(format!("{prompt}{c}\n").as_bytes());
+            Some(c)
+        }),
+        out: Box::new(Sink(out.clone())),
+    }));
+    let f = jit(|x: Array| {
+        let y = x.sin();
+        debug::breakpoint!(x, y).unwrap(); // BREAK
+        y * 2.0
+    });
+    let r = f.call(&Array::scalar(2.0f32)).unwrap();
+    set_io(None);
+    assert!((r.item::<f32>().unwrap() as f64 - 2.0 * 2f64.sin()).abs() < 1e-6);
+    let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+    let src = include_str!("debugging.rs");
+    let line = src.lines().position(|l| l.contains("// BREAK") && !l.contains("position")).unwrap() + 1;
+    let want = format!(
+        "Entering jdb:\n> tests/tests/debugging.rs:{line}\n(jdb) p y\n0.9092974\n(jdb) pp x\nArray(2., dtype=float32)\n\
+         (jdb) p z\n*** NameError: name 'z' is not defined; the frame has: x, y\n(jdb) bogus\n*** Unknown command \"bogus\"; type help\n\
+         (jdb) w\n> tests/tests/debugging.rs:{line}:9\n(jdb) c\n"
+    );
+    assert_eq!(text, want);
+}

@@ -8,6 +8,7 @@
 //! Also here: `jax_debug_nans`/`jax_debug_infs` (`nans`), equation counts per source line
 //! and the unrolled-loop warning (`eqn_count`), IR dumps (`dump`).
 
+pub mod breakpoint;
 pub mod dump;
 pub mod eqn_count;
 pub mod nans;
@@ -39,6 +40,7 @@ macro_rules! debug_print {
     };
 }
 pub use crate::debug_print as print;
+pub use crate::debug_breakpoint as breakpoint;
 
 /// One placeholder of a format string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -200,6 +200,7 @@ mod tests {
     #[test]
     fn no_arg_magics() {
         assert_eq!(code("%explain"), "jax::magic::explain()");
+        assert_eq!(code("%eqn-count slow.call(&x)"), "jax::magic::eqn_counts(|| slow.call(&x))");
         assert_eq!(code("  %help  \n"), "jax::magic::help()");
     }
 
