@@ -45,6 +45,11 @@ flags! {
     EXPLAIN_CACHE_MISSES, "jax_explain_cache_misses", "JAX_EXPLAIN_CACHE_MISSES", false, "Explain each tracing cache miss on stderr.";
     LOG_COMPILES, "jax_log_compiles", "JAX_LOG_COMPILES", false, "Log trace, lowering and compile times of each compilation on stderr.";
     TIERED_COMPILATION, "jaxrepl_tiered_compilation", "JAXREPL_TIERED_COMPILATION", true, "Compile first calls quickly (LLVM O0) and the optimised code (O2) in the background from the second call on.";
+    // Debugging flags (201-09).
+    DEBUG_NANS, "jax_debug_nans", "JAX_DEBUG_NANS", false, "Check every output for NaN; re-run op by op to name the primitive and line that made it (FloatingPointError).";
+    DEBUG_INFS, "jax_debug_infs", "JAX_DEBUG_INFS", false, "Like jax_debug_nans, for infinities.";
+    DISABLE_JIT, "jax_disable_jit", "JAX_DISABLE_JIT", false, "Run jitted functions eagerly, op by op, on concrete values.";
+    CHECK_TRACER_LEAKS, "jax_check_tracer_leaks", "JAX_CHECK_TRACER_LEAKS", false, "Error when a tracer outlives its trace (stored outside the traced function).";
 }
 
 /// Whether 64-bit dtypes are enabled (`jax_enable_x64`).
@@ -64,6 +69,99 @@ pub fn tiered_compilation() -> bool {
     TIERED_COMPILATION.get()
 }
 
+/// `jax_debug_nans`.
+pub fn debug_nans() -> bool {
+    DEBUG_NANS.get()
+}
+/// `jax_debug_infs`.
+pub fn debug_infs() -> bool {
+    DEBUG_INFS.get()
+}
+/// `jax_disable_jit`.
+pub fn disable_jit() -> bool {
+    DISABLE_JIT.get()
+}
+/// `jax_check_tracer_leaks`.
+pub fn check_tracer_leaks() -> bool {
+    CHECK_TRACER_LEAKS.get()
+}
+
+/// Restores a boolean flag's previous value when dropped (see `scoped`).
+#[must_use = "the override ends when the guard is dropped"]
+pub struct FlagGuard {
+    flag: &'static Flag,
+    before: u8,
+}
+
+impl Drop for FlagGuard {
+    fn drop(&mut self) {
+        self.flag.state.store(self.before, Ordering::Relaxed);
+    }
+}
+
+/// Sets boolean flag `name` to `value` until the returned guard is dropped (JAX's
+/// `with jax.disable_jit():`, `with jax.debug_nans(True):`). Process-wide, like `update`.
+/// Errors: `ValueError` for an unknown name.
+pub fn scoped(name: &str, value: bool) -> Result<FlagGuard> {
+    let flag = *ALL.iter().find(|f| f.name == name).ok_or_else(|| unknown(name))?;
+    flag.get(); // read the env var first, so the restored state is a value
+    let before = flag.state.load(Ordering::Relaxed);
+    flag.set(value);
+    Ok(FlagGuard { flag, before })
+}
+
+fn unknown(name: &str) -> Error {
+    let mut names: Vec<&str> = ALL.iter().map(|f| f.name).collect();
+    names.extend(STRINGS.iter().map(|f| f.name));
+    Error::value_error(format!("unknown config flag {name:?}; known flags: {}", names.join(", ")))
+}
+
+/// A string-valued flag (`jax_dump_ir_to`): `None` until read from its env var or set.
+struct StrFlag {
+    name: &'static str,
+    env: &'static str,
+    default: &'static str,
+    value: std::sync::Mutex<Option<String>>,
+    doc: &'static str,
+}
+
+impl StrFlag {
+    fn get(&self) -> String {
+        let mut v = self.value.lock().unwrap_or_else(|e| e.into_inner());
+        v.get_or_insert_with(|| std::env::var(self.env).unwrap_or_else(|_| self.default.to_string())).clone()
+    }
+}
+
+static DUMP_IR_TO: StrFlag = StrFlag {
+    name: "jax_dump_ir_to",
+    env: "JAX_DUMP_IR_TO",
+    default: "",
+    value: std::sync::Mutex::new(None),
+    doc: "Directory to dump each compiled function's IR to, one file per stage (empty: off).",
+};
+static DUMP_IR_MODES: StrFlag = StrFlag {
+    name: "jax_dump_ir_modes",
+    env: "JAX_DUMP_IR_MODES",
+    default: "jaxpr,stablehlo,compiled,eqn_count",
+    value: std::sync::Mutex::new(None),
+    doc: "Comma-separated stages to dump: jaxpr, stablehlo (our lowered MLIR), compiled (optimized MLIR), eqn_count.",
+};
+static STRINGS: &[&StrFlag] = &[&DUMP_IR_TO, &DUMP_IR_MODES];
+
+/// `jax_dump_ir_to` (empty when off).
+pub fn dump_ir_to() -> String {
+    DUMP_IR_TO.get()
+}
+/// `jax_dump_ir_modes`.
+pub fn dump_ir_modes() -> String {
+    DUMP_IR_MODES.get()
+}
+
+/// `(name, env var, value, doc)` of every string flag.
+pub fn describe_strings() -> Vec<(&'static str, &'static str, String, &'static str)> {
+    STRINGS.iter().map(|f| (f.name, f.env, f.get(), f.doc)).collect()
+}
+
 /// Sets flag `name` (e.g. `"jax_explain_cache_misses"`) to `value`.
 /// Errors: `ValueError` naming the known flags for an unknown name.
 pub fn update(name: &str, value: bool) -> Result<()> {
@@ -79,16 +177,24 @@ pub fn update(name: &str, value: bool) -> Result<()> {
     }
 }
 
-/// Sets a flag that takes a value rather than a boolean, from text (JAX's
-/// `jax.config.update(name, "value")`): `jax_default_matmul_precision` (`"highest"`,
-/// `"high"`, `"default"`, `"bfloat16"`, `"tensorfloat32"`, `"float32"`, a
-/// `DotAlgorithmPreset` name such as `"BF16_BF16_F32"`, or `"none"`; env
-/// `JAX_DEFAULT_MATMUL_PRECISION`). Errors: `ValueError` for an unknown name or value.
+/// Sets a flag that takes a text value (JAX's `jax.config.update(name, "value")`):
+/// `jax_dump_ir_to` (a directory, empty: off), `jax_dump_ir_modes`, and
+/// `jax_default_matmul_precision` (`"highest"`, `"high"`, `"default"`, `"bfloat16"`,
+/// `"tensorfloat32"`, `"float32"`, a `DotAlgorithmPreset` name such as `"BF16_BF16_F32"`,
+/// or `"none"`; env `JAX_DEFAULT_MATMUL_PRECISION`).
+/// Errors: `ValueError` for an unknown name or a bad value.
 pub fn update_str(name: &str, value: &str) -> Result<()> {
-    match name {
-        "jax_default_matmul_precision" => crate::lax::precision::set_from_str(value),
-        _ => Err(Error::value_error(format!(
-            "unknown config option {name:?} for a text value; known: jax_default_matmul_precision"
+    if name == "jax_default_matmul_precision" {
+        return crate::lax::precision::set_from_str(value);
+    }
+    match STRINGS.iter().find(|f| f.name == name) {
+        Some(f) => {
+            *f.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(value.to_string());
+            Ok(())
+        }
+        None => Err(Error::value_error(format!(
+            "unknown config option {name:?} for a text value; known: {}, jax_default_matmul_precision",
+            STRINGS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
         ))),
     }
 }

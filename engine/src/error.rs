@@ -24,6 +24,10 @@ pub enum ErrorKind {
     Runtime,
     /// The user interrupted engine work (Ctrl-C, Jupyter interrupt).
     Interrupted,
+    /// A NaN or Inf was produced under `jax_debug_nans`/`jax_debug_infs` (JAX: `FloatingPointError`).
+    FloatingPoint,
+    /// A tracer escaped its trace (JAX: `UnexpectedTracerError`; leak checks say `Exception`).
+    UnexpectedTracer,
 }
 
 /// An engine error: a kind, a message, and where in the user's code it arose.
@@ -71,6 +75,8 @@ impl Error {
             ErrorKind::Compile => "CompileError",
             ErrorKind::Runtime => "RuntimeError",
             ErrorKind::Interrupted => "KeyboardInterrupt",
+            ErrorKind::FloatingPoint => "FloatingPointError",
+            ErrorKind::UnexpectedTracer => "UnexpectedTracerError",
         }
     }
 }

@@ -298,6 +298,14 @@ pub fn explain() -> Text {
     Text(crate::transform::explain::report(&crate::transform::explain::recent()))
 }
 
+/// `%eqn-count CALL`: how many equations each source line of the jitted function CALL
+/// runs staged (sub-jaxprs included), most first: where a trace's size comes from
+/// (JAX's `eqn_count_pprof` dump as a table).
+pub fn eqn_counts<T>(call: impl FnOnce() -> T) -> Result<Text> {
+    let (name, e) = last_call(call)?;
+    Ok(Text(crate::debug::eqn_counts(&format!("jit({name})"), &e.jaxpr.jaxpr).to_string()))
+}
+
 /// `jax.effects_barrier()`: waits for all dispatched work (and its printed output).
 pub fn effects_barrier() -> Result<()> {
     dispatch::barrier()
@@ -422,7 +430,8 @@ pub fn help() -> Text {
          \x20 %timeit CALL    mean ± std over repeated calls, like IPython\n\
          \x20 %profile CALL   timeline (SVG in Jupyter) and summary table of what CALL ran\n\
          \x20 %memory        memory_stats() and live buffers by allocation site\n\
-         \x20 %explain        why recent calls traced or compiled (trace / executable cache)\n\
+         \x20 %explain        why recent calls traced or compiled: each cache layer's verdict, reason, cost\n\
+         \x20 %eqn-count CALL equations per source line of CALL's trace (find unrolled loops)\n\
          \x20 %precision [V]  show/set jax_default_matmul_precision (highest, BF16_BF16_F32, none, ...)\n\
          \x20 %precision compare CALL   each dot algorithm preset's error vs f64 and time\n\
          \x20 %help           this text\n\

@@ -2,6 +2,7 @@
 
 pub use crate::config;
 pub use crate::debug;
+pub use crate::debug::{check_tracer_leaks, debug_infs, debug_nans, disable_jit};
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::interactive::{EvcxrDisplay, Text, TextRepr};
 pub use crate::ir::{ClosedJaxpr, DType, RematPolicy, ShapeDtypeStruct, ShapedArray};

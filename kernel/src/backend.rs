@@ -20,6 +20,17 @@ pub type Interrupter = Arc<dyn Fn() + Send + Sync>;
 pub trait Backend {
     /// Evaluates one cell, reporting outputs through `sink` in order as they happen.
     fn execute(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> ExecStatus;
+    /// `execute`, with `input` answering the cell's requests for a line of input (the
+    /// prompt in, the line or `None` out). Sessions without input ignore it.
+    fn execute_with_input(
+        &mut self,
+        code: &str,
+        sink: &mut dyn FnMut(Output),
+        input: &mut dyn FnMut(&str) -> Option<String>,
+    ) -> ExecStatus {
+        let _ = input;
+        self.execute(code, sink)
+    }
     /// Whether `code` is a complete cell, needs more lines, or can never be valid.
     fn is_complete(&self, code: &str) -> Completeness;
     /// Completions at byte offset `cursor`.
@@ -33,6 +44,14 @@ pub trait Backend {
 impl Backend for jaxrepl::Session {
     fn execute(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> ExecStatus {
         jaxrepl::Session::execute(self, code, sink)
+    }
+    fn execute_with_input(
+        &mut self,
+        code: &str,
+        sink: &mut dyn FnMut(Output),
+        input: &mut dyn FnMut(&str) -> Option<String>,
+    ) -> ExecStatus {
+        jaxrepl::Session::execute_with_input(self, code, sink, input)
     }
     fn is_complete(&self, code: &str) -> Completeness {
         jaxrepl::Session::is_complete(self, code)

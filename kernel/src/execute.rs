@@ -167,12 +167,17 @@ impl Counter {
 /// Runs the execute request `msg` (content `req`) on the session, publishing its iopub
 /// traffic (not `busy`/`idle`, which the shell loop owns), and returns the reply and
 /// whether the cell failed.
+/// One request for a line of input: the execute request it belongs to, the prompt, and
+/// where the answer goes (`None`: no answer, end of input).
+pub type InputAsk = (JupyterMessage, String, std::sync::mpsc::Sender<Option<String>>);
+
 pub async fn execute<B: Backend + 'static>(
     worker: &Worker<B>,
     publish: &Publisher,
     counter: &mut Counter,
     msg: &JupyterMessage,
     req: &ExecuteRequest,
+    stdin: &tokio::sync::mpsc::UnboundedSender<InputAsk>,
 ) -> (JupyterMessage, bool) {
     let count = counter.for_request(req);
     if !req.silent {
@@ -180,9 +185,18 @@ pub async fn execute<B: Backend + 'static>(
     }
     let mut router = OutputRouter::new(msg.clone(), count, req.silent, publish.clone());
     let code = req.code.clone();
+    // Input requests (debug::breakpoint!) become `input_request`s on the stdin channel
+    // when the client allows stdin; otherwise they get end of input.
+    let ask = req.allow_stdin.then(|| (stdin.clone(), msg.clone()));
     let result = worker
         .call(move |session| {
-            let status = session.execute(&code, &mut |out| router.push(out));
+            let mut input = |prompt: &str| -> Option<String> {
+                let (tx, parent) = ask.as_ref()?;
+                let (answer_tx, answer_rx) = std::sync::mpsc::channel();
+                tx.send((parent.clone(), prompt.to_string(), answer_tx)).ok()?;
+                answer_rx.recv().ok().flatten()
+            };
+            let status = session.execute_with_input(&code, &mut |out| router.push(out), &mut input);
             router.finish(&status)
         })
         .await;

@@ -23,6 +23,8 @@ pub struct Shell<B> {
     pub publish: Publisher,
     /// The execution counter.
     pub counter: Counter,
+    /// The stdin task's inbox (input requests of running cells).
+    pub stdin: tokio::sync::mpsc::UnboundedSender<crate::execute::InputAsk>,
 }
 
 /// The result of handling one shell message.
@@ -43,7 +45,7 @@ impl<B: Backend + 'static> Shell<B> {
         let reply = match &msg.content {
             C::KernelInfoRequest(_) => Some(kernel_info().as_child_of(msg)),
             C::ExecuteRequest(req) => {
-                let (reply, failed) = execute(&self.worker, &self.publish, &mut self.counter, msg, req).await;
+                let (reply, failed) = execute(&self.worker, &self.publish, &mut self.counter, msg, req, &self.stdin).await;
                 failed_execute = failed;
                 Some(reply)
             }

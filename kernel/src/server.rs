@@ -23,12 +23,12 @@ use crate::spec::kernel_info;
 use crate::wire::{Incoming, iopub, read_request};
 use anyhow::{Context, bail};
 use jupyter_protocol::{
-    ConnectionInfo, ExecuteReply, InterruptReply, IoPubWelcome, JupyterMessage,
+    ConnectionInfo, ExecuteReply, InputRequest, InterruptReply, IoPubWelcome, JupyterMessage,
     JupyterMessageContent as C, ReplyStatus, ShutdownReply, Status,
 };
 use jupyter_zmq_client::{
     KernelControlConnection, KernelHeartbeatConnection, KernelIoPubXPubConnection,
-    KernelShellConnection, SubscriptionEvent, create_kernel_control_connection,
+    KernelShellConnection, KernelStdinConnection, SubscriptionEvent, create_kernel_control_connection,
     create_kernel_heartbeat_connection, create_kernel_iopub_xpub_connection,
     create_kernel_shell_connection, create_kernel_stdin_connection,
 };
@@ -71,14 +71,16 @@ where
     let hb = create_kernel_heartbeat_connection(&info).await.context("binding heartbeat")?;
     let shell = create_kernel_shell_connection(&info, &session_id).await.context("binding shell")?;
     let control = create_kernel_control_connection(&info, &session_id).await.context("binding control")?;
-    // Bound so that clients can connect; input_request is not used (allow_stdin is ignored).
-    let _stdin = create_kernel_stdin_connection(&info, &session_id).await.context("binding stdin")?;
+    let stdin = create_kernel_stdin_connection(&info, &session_id).await.context("binding stdin")?;
     let iopub_socket = create_kernel_iopub_xpub_connection(&info, &session_id).await.context("binding iopub")?;
 
     let worker = Worker::spawn(start);
     let (publish, outbox) = unbounded_channel();
     let (shutdown_tx, mut shutdown_rx) = unbounded_channel::<()>();
-    let shell_state = Shell { worker: worker.clone(), publish, counter: Counter::default() };
+    let (stdin_tx, stdin_rx) = unbounded_channel();
+    let shell_state = Shell { worker: worker.clone(), publish, counter: Counter::default(), stdin: stdin_tx };
+    // Not in `tasks`: it ends only with the kernel, and its end must not stop the kernel.
+    tokio::spawn(stdin_loop(stdin, stdin_rx));
 
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(heartbeat(hb));
@@ -99,6 +101,29 @@ where
     // Replies were handed to the sockets; give them a moment to reach the wire.
     tokio::time::sleep(Duration::from_millis(100)).await;
     std::process::exit(code);
+}
+
+/// Owns the stdin socket: sends each cell's `input_request` (a child of its execute
+/// request, so it reaches that client) and hands back the `input_reply`'s value.
+async fn stdin_loop(mut stdin: KernelStdinConnection, mut asks: UnboundedReceiver<crate::execute::InputAsk>) {
+    while let Some((parent, prompt, answer)) = asks.recv().await {
+        let request = InputRequest { prompt, password: false }.as_child_of(&parent);
+        if stdin.send(request).await.is_err() {
+            let _ = answer.send(None);
+            continue;
+        }
+        let value = loop {
+            match stdin.read().await {
+                Ok(m) => {
+                    if let C::InputReply(r) = m.content {
+                        break Some(r.value);
+                    }
+                }
+                Err(_) => break None,
+            }
+        };
+        let _ = answer.send(value);
+    }
 }
 
 /// Echoes heartbeat requests unchanged (the spec; jupyter-zmq-client's helper sends "pong").

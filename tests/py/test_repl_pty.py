@@ -144,3 +144,23 @@ def test_engine_cell_in_the_terminal():
     expect_prompt(child, 4)
     child.sendeof()
     child.expect(pexpect.EOF, timeout=60)
+
+
+def test_breakpoint_prompt_in_the_terminal():
+    # debug::breakpoint! reads jdb commands from the terminal while the cell runs.
+    if not engine_available():
+        pytest.fail("the engine has no `interactive` module yet (engine/src/interactive*)")
+    child = spawn([], env_extra={"JAXREPL_ENGINE_DIR": os.path.join(ROOT, "engine")})
+    expect_prompt(child, 1, timeout=START_TIMEOUT_S)
+    child.send("let bp = jit(|x: Array| { let y = x.sin(); debug::breakpoint!(x, y)?; Ok::<_, Error>(y * 2.0) }); "
+               "bp.call(Array::scalar(2.0f32))\r")
+    child.expect(r"Entering jdb:", timeout=ENGINE_TIMEOUT_S)
+    child.expect(r"\(jdb\) ", timeout=CELL_TIMEOUT_S)
+    child.send("p y\r")
+    child.expect(r"0\.9092974", timeout=CELL_TIMEOUT_S)  # sin(2) in float32
+    child.expect(r"\(jdb\) ", timeout=CELL_TIMEOUT_S)
+    child.send("c\r")
+    child.expect(r"Array\(1\.81859", timeout=CELL_TIMEOUT_S)
+    expect_prompt(child, 2)
+    child.sendeof()
+    child.expect(pexpect.EOF, timeout=60)

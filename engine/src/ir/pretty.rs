@@ -132,7 +132,7 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ),
         ],
         DebugCallback { fmt, .. } => vec![
-            ("callback".into(), format!("<debug print {fmt:?}>")),
+            ("callback".into(), if fmt.is_empty() { "<debug callback>".to_string() } else { format!("<debug print {fmt:?}>") }),
             ("effect".into(), "Debug".into()),
         ],
         Pjit { name, .. } => vec![("name".into(), name.clone())],

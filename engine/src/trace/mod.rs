@@ -23,6 +23,10 @@ use std::sync::Arc;
 pub struct Tracer {
     pub trace_id: u64,
     pub var: Var,
+    /// Shared by every tracer of the trace: a count above zero after the trace ended means
+    /// a tracer leaked (`jax_check_tracer_leaks`).
+    #[allow(dead_code)] // held for its reference count only
+    alive: Arc<()>,
 }
 
 /// The state of one trace (one `jit`/`make_jaxpr` being traced).
@@ -41,6 +45,8 @@ pub struct Builder {
     next_var: u32,
     /// The first error raised while tracing.
     pub error: Option<Error>,
+    /// Cloned into each tracer of this trace (leak detection).
+    token: Arc<()>,
 }
 
 thread_local! {
@@ -76,13 +82,15 @@ pub fn push_trace(name: &str, in_avals: &[ShapedArray], arg_names: Vec<String>) 
         const_index: HashMap::new(),
         next_var: 0,
         error: None,
+        token: Arc::new(()),
     };
+    let token = b.token.clone();
     let tracers = in_avals
         .iter()
         .map(|a| {
             let v = b.new_var(a.clone());
             b.invars.push(v.clone());
-            Array(Repr::Tracer(Tracer { trace_id: id, var: v }))
+            Array(Repr::Tracer(Tracer { trace_id: id, var: v, alive: token.clone() }))
         })
         .collect();
     STACK.with(|s| s.borrow_mut().push(b));
@@ -103,6 +111,26 @@ pub fn pop_trace(id: u64, outs: &[Array]) -> Result<(Jaxpr, Vec<Array>)> {
     let outvars = atoms.into_iter().collect::<Result<Vec<_>>>()?;
     let (constvars, consts): (Vec<Var>, Vec<Array>) = b.consts.into_iter().unzip();
     Ok((Jaxpr { constvars, invars: b.invars, eqns: b.eqns, outvars }, consts))
+}
+
+/// A handle on trace `id`'s tracers (valid before it is popped): after the trace ended,
+/// `strong_count()` is the number of its tracers still alive (leaked).
+pub fn trace_liveness(id: u64) -> Option<std::sync::Weak<()>> {
+    STACK.with(|s| s.borrow().iter().find(|b| b.id == id).map(|b| Arc::downgrade(&b.token)))
+}
+
+/// The error for a tracer used after its trace ended (JAX's `UnexpectedTracerError`).
+pub fn unexpected_tracer(t: &Tracer) -> Error {
+    Error::new(
+        ErrorKind::UnexpectedTracer,
+        format!(
+            "Encountered an unexpected tracer. A function transformed by JAX had a side effect, allowing for a \
+             reference to an intermediate value with type {} wrapped in a tracer to escape the scope of the \
+             transformation. Return the value from the function instead of storing it outside (in a Vec, a static, \
+             a captured RefCell); `config::update(\"jax_check_tracer_leaks\", true)` finds where it leaked.",
+            t.var.aval.short()
+        ),
+    )
 }
 
 /// Abandons the innermost trace (after a panic in the traced function).
@@ -141,7 +169,7 @@ fn atom_for(b: &mut Builder, a: &Array, outer: &[u64]) -> Result<Atom> {
         Repr::Device(d) => (0, Arc::as_ptr(d) as usize),
         Repr::Tracer(_) => {
             return Err(Error::new(
-            ErrorKind::Type,
+            ErrorKind::UnexpectedTracer,
             format!(
                 "a traced value from another (enclosing or finished) trace reached the trace of {}. \
                  Pass it as an argument instead of capturing it in the closure (JAX: UnexpectedTracerError).",
@@ -216,6 +244,7 @@ pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Resu
             }
             let outputs: Vec<Var> = out_avals.into_iter().map(|a| b.new_var(a)).collect();
             let id = b.id;
+            let token = b.token.clone();
             b.eqns.push(Eqn {
                 primitive: prim,
                 inputs,
@@ -223,10 +252,16 @@ pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Resu
                 source: Some(src),
                 name_stack: crate::profiler::current_name_stack(),
             });
-            Ok(outputs.into_iter().map(|v| Array(Repr::Tracer(Tracer { trace_id: id, var: v }))).collect())
+            Ok(outputs.into_iter().map(|v| Array(Repr::Tracer(Tracer { trace_id: id, var: v, alive: token.clone() }))).collect())
         });
     }
     let out_avals = out_avals?;
+    if crate::debug::nans::enabled() {
+        let p = prim.clone();
+        let outs = crate::transform::eager::apply(prim, operands, out_avals).map_err(|e| e.at(Some(source_info(loc))))?;
+        crate::debug::nans::check_eager(&p, &outs).map_err(|e| e.at(Some(source_info(loc))))?;
+        return Ok(outs);
+    }
     // Eagerly, the source location is only built for an error (it allocates).
     crate::transform::eager::apply(prim, operands, out_avals).map_err(|e| e.at(Some(source_info(loc))))
 }
@@ -241,7 +276,7 @@ pub fn record_error(e: Error, aval: ShapedArray) -> Option<Array> {
             b.error = Some(e);
         }
         let v = b.new_var(aval);
-        Some(Array(Repr::Tracer(Tracer { trace_id: b.id, var: v })))
+        Some(Array(Repr::Tracer(Tracer { trace_id: b.id, var: v, alive: b.token.clone() })))
     })
 }
 

@@ -135,8 +135,10 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
                 (false, false) => unreachable!("handled by the caller"),
             }
         }
-        DebugCallback { .. } => {
-            bind(p.clone(), ins.iter().map(|v| arr(&v.x)).collect(), loc)?;
+        DebugCallback { callback, fmt } => {
+            // One call per batch element (JAX prints each element's line).
+            let id = crate::debug::batched_callback(*callback, ins.iter().map(|v| v.batched).collect(), b);
+            bind(DebugCallback { callback: id, fmt: fmt.clone() }, ins.iter().map(|v| arr(&v.x)).collect(), loc)?;
             Ok(vec![])
         }
         p if p.call_body().is_some() => batch_call(p, ins, b),

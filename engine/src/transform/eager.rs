@@ -61,13 +61,17 @@ pub fn apply(mut prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedA
     let inputs: SmallVec<[Arc<DeviceArray>; 4]> = operands
         .into_iter()
         .map(|o| match o {
-            Operand::Array(a) => a.device().cloned().expect("eager operands are concrete"),
+            // A tracer here outlived its trace (it leaked): JAX's UnexpectedTracerError.
+            Operand::Array(a) => a.device().cloned().ok_or_else(|| match &a.0 {
+                crate::trace::array::Repr::Tracer(t) => crate::trace::unexpected_tracer(t),
+                _ => Error::runtime("eager operand is not a concrete array"),
+            }),
             Operand::Lit(v, aval) => {
                 let buf = Buffer::from_bytes(&aval, &v.to_bytes(aval.dtype)).expect("scalar size");
-                DeviceArray::ready(aval, Arc::new(buf))
+                Ok(DeviceArray::ready(aval, Arc::new(buf)))
             }
         })
-        .collect();
+        .collect::<Result<_>>()?;
     // Using a donated (deleted) array is an error at the op that uses it, as in JAX.
     if let Some(d) = inputs.iter().find(|d| d.is_deleted()) {
         return Err(Error::runtime(format!("Array has been deleted with shape={}.", d.aval.long_strong())));

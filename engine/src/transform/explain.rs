@@ -61,21 +61,56 @@ pub fn clear() {
     events().lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
-/// One line per event and layer: `f  trace: miss (...) 1.2 ms | executable: hit`.
+/// A one-line summary of a trace-miss reason (the full `jax_explain_cache_misses` text
+/// follows the verdict line, indented).
+pub fn short_reason(reason: &str) -> String {
+    if reason.contains("never seen function") {
+        let mut s = "never seen function".to_string();
+        if reason.contains("re-defined repeatedly") {
+            s.push_str("; another function was defined on the same line: re-defined in a loop? define it once outside");
+        }
+        return s;
+    }
+    let mut kind = String::new();
+    let mut items = vec![];
+    for line in reason.lines().skip(1).map(str::trim) {
+        if let Some(item) = line.strip_prefix("* ") {
+            items.push(item.to_string());
+        } else if line.ends_with(':') && !line.starts_with("all previously") {
+            kind = line.trim_end_matches(':').to_string();
+        }
+    }
+    match (kind.is_empty(), items.is_empty()) {
+        (_, true) => reason.lines().nth(1).unwrap_or("").trim().to_string(),
+        (true, false) => items.join("; "),
+        (false, false) => format!("{kind}: {}", items.join("; ")),
+    }
+}
+
+/// One verdict line per event, every layer with its reason and cost:
+/// `f at cell:3  trace: miss (never seen function), 1.20 ms | executable: miss, lowered+compiled in 30.1 ms | persistent: off (...)`,
+/// then the full miss explanation, indented. The persistent layer is reported as off:
+/// this engine keeps no on-disk executable cache yet.
 pub fn report(events: &[Event]) -> String {
     if events.is_empty() {
         return "No cache misses recorded yet: every call so far hit the trace and executable caches.".into();
     }
     let mut s = String::new();
     for e in events {
-        let trace = if e.trace_miss { format!("miss, traced in {:.2} ms", e.trace_secs * 1e3) } else { "hit".into() };
-        let exe = if e.executable_hit {
-            "hit (identical module compiled before)".to_string()
+        let trace = if e.trace_miss {
+            let why = e.reason.as_deref().map(short_reason).unwrap_or_else(|| "not explained".into());
+            format!("miss ({why}), traced in {:.2} ms", e.trace_secs * 1e3)
         } else {
-            format!("miss, lowered+compiled in {:.2} ms", e.compile_secs * 1e3)
+            "hit".into()
         };
+        let exe = if e.executable_hit {
+            "hit (identical module compiled before), 0 ms".to_string()
+        } else {
+            format!("miss (new lowered module), lowered+compiled in {:.2} ms", e.compile_secs * 1e3)
+        };
+        let persistent = if e.executable_hit { "not consulted" } else { "off (no on-disk cache in this engine)" };
         s.push_str(&format!(
-            "{} at {}:{}  trace: {trace} | executable: {exe}\n",
+            "{} at {}:{}  trace: {trace} | executable: {exe} | persistent: {persistent}\n",
             e.function, e.call_site.file, e.call_site.line
         ));
         if let Some(r) = &e.reason {

@@ -329,8 +329,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     pub fn call(&self, args: impl Args<A>) -> Result<R> {
         let loc = Location::caller();
         let flat = self.flatten(args)?;
-        if trace::is_tracing() || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.is_tracer())) {
-            // Nested jit: inline into the enclosing trace.
+        if trace::is_tracing() || config::disable_jit() || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.is_tracer())) {
+            // Nested jit: inline into the enclosing trace. Under `jax_disable_jit` the
+            // function runs eagerly on the concrete arguments.
             let a = self.rebuild_args(&flat)?;
             return (self.inner.f)(a);
         }
@@ -375,6 +376,13 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         } else {
             self.run_async(&art.executable, &entry, &flat, &place)?
         };
+        if crate::debug::nans::enabled() {
+            let inputs: Vec<Array> = flat.leaves.iter().filter_map(|l| match l {
+                ArgLeaf::Value(a) => Some(a.clone()),
+                ArgLeaf::Spec(_) => None,
+            }).collect();
+            crate::debug::nans::check_jit(&self.inner.name, &entry.jaxpr, &inputs, &outs).map_err(|e| e.at(Some(source_info(loc))))?;
+        }
         if !entry.sync && entry.jaxpr.jaxpr.has_effects() {
             for o in &outs {
                 o.block_until_ready()?;
@@ -459,6 +467,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         if config::log_compiles() {
             eprintln!("Finished tracing {} for jit in {:.9} sec", self.inner.name, entry.trace_secs);
         }
+        if let Some(w) = crate::debug::unrolled_loop_warning(&format!("jit({})", self.inner.name), &entry.jaxpr.jaxpr) {
+            warn(w);
+        }
         self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).entry(h).or_default().push((sig.clone(), entry.clone()));
         self.inner.seen.lock().unwrap_or_else(|e| e.into_inner()).push(sig);
         Ok((entry, true))
@@ -469,6 +480,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let site = &self.inner.site;
         let desc = format!("{} at {}:{}", self.inner.name, site.file, site.line);
         let (id, tracers) = trace::push_trace(&desc, &sig.avals, names);
+        let liveness = trace::trace_liveness(id);
         let a = match crate::trace::pytree::unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone()) {
             Ok(a) => a,
             Err(e) => {
@@ -502,6 +514,21 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             })
             .collect();
         let (jaxpr, consts) = trace::pop_trace(id, &outs)?;
+        drop((outs, r));
+        if config::check_tracer_leaks() {
+            let alive = liveness.map_or(0, |w| w.strong_count());
+            if alive > 0 {
+                return Err(Error::new(
+                    crate::error::ErrorKind::UnexpectedTracer,
+                    format!(
+                        "Leaked trace of jit({}) (defined at {}:{}): {alive} of its tracers are still alive after tracing. \
+                         The function stored a traced value outside itself (a Vec, a static, a captured RefCell); \
+                         return it instead. Using it later raises UnexpectedTracerError.",
+                        self.inner.name, site.file, site.line
+                    ),
+                ));
+            }
+        }
         let consts = consts.iter().map(|a| a.buffer()).collect::<Result<Vec<Arc<Buffer>>>>()?;
         Ok((ClosedJaxpr { jaxpr, consts }, out.statics, out.treedef))
     }

@@ -239,12 +239,26 @@ pub fn compile_jaxpr(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result
     drop(span);
     let compile_secs = t1.elapsed().as_secs_f64();
     if config::log_compiles() && !cache_hit {
+        let avals: Vec<String> = j
+            .jaxpr
+            .invars
+            .iter()
+            .map(|v| {
+                let strong = ShapedArray { weak_type: false, ..v.aval.clone() };
+                format!("ShapedArray({}{})", strong.long(), if v.aval.weak_type { ", weak_type=True" } else { "" })
+            })
+            .collect();
+        let tuple = if avals.len() == 1 { format!("({},)", avals[0]) } else { format!("({})", avals.join(", ")) };
+        eprintln!("Compiling jit({name}) with global shapes and types {tuple}.");
         eprintln!("Finished jaxpr to MLIR module conversion jit({name}) in {lower_secs:.9} sec");
         let tier = match executable.tier() {
             1 => format!("tier 1, LLVM O{}; tier 2 at O{} compiles in the background from the second call", executable.running_opt_level(), opts.opt_level.unwrap_or_else(|| default_opt_level().unwrap_or(2))),
             _ => format!("tier 2, LLVM O{}", executable.running_opt_level()),
         };
         eprintln!("Finished MLIR compilation of jit({name}) in {compile_secs:.9} sec ({tier})");
+    }
+    if !cache_hit {
+        crate::debug::dump::dump_stages(name, j, &lowered.text, executable.optimized_ir());
     }
     Ok(CompiledArtifacts { lowered, executable, cache_hit, lower_secs, compile_secs: if cache_hit { 0.0 } else { compile_secs } })
 }

@@ -122,7 +122,18 @@ pub fn run(opts: SessionOptions) -> Result<()> {
                 if !session.borrow().is_ready() {
                     eprintln!("(the session is still starting: evaluation process and engine prelude; Ctrl-C stops waiting)");
                 }
-                let status = session.borrow_mut().execute(&line, &mut |o| printer.print(&o));
+                // A cell's requests for input (debug::breakpoint!'s jdb prompt) read a line here.
+                let mut read_input = |prompt: &str| -> Option<String> {
+                    use std::io::Write;
+                    print!("{prompt}");
+                    let _ = std::io::stdout().flush();
+                    let mut answer = String::new();
+                    match std::io::stdin().read_line(&mut answer) {
+                        Ok(0) | Err(_) => None,
+                        Ok(_) => Some(answer),
+                    }
+                };
+                let status = session.borrow_mut().execute_with_input(&line, &mut |o| printer.print(&o), &mut read_input);
                 if std::env::var_os("JAXREPL_TIMING").is_some() {
                     eprintln!("[timing] cell {count}: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
                 }

@@ -106,6 +106,10 @@ pub fn create_context(slot: &Slot, work_dir: Option<&std::path::Path>) -> Result
         command.current_dir(dir);
     }
     command.env("LD_LIBRARY_PATH", child_library_path());
+    // The engine's input channel (debug::breakpoint!), answered by the session (input.rs).
+    if let Some(fifo) = super::input::make_fifo(slot.dir()) {
+        command.env("JAXREPL_INPUT_FIFO", fifo);
+    }
     let created = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || evcxr::EvalContext::with_subprocess_command(command)));
     let (eval, outputs) = match created {
         Ok(Ok(pair)) => pair,

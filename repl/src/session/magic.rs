@@ -46,6 +46,7 @@ pub const MAGICS: &[MagicSpec] = &[
     MagicSpec { name: "profile", function: "profile", arg: MagicArg::Call, summary: "run CALL under the profiler; show its timeline (SVG) and a summary table" },
     MagicSpec { name: "memory", function: "memory", arg: MagicArg::None, summary: "show memory_stats() and the live buffers by allocation site" },
     MagicSpec { name: "explain", function: "explain", arg: MagicArg::None, summary: "explain the last cache misses" },
+    MagicSpec { name: "eqn-count", function: "eqn_counts", arg: MagicArg::Call, summary: "count CALL's jaxpr equations per source line" },
     MagicSpec { name: "precision", function: "precision", arg: MagicArg::WordOrCompare, summary: "show/set jax_default_matmul_precision (%precision highest|BF16_BF16_F32|none); %precision compare CALL: each preset's error and time" },
     MagicSpec { name: "help", function: "help", arg: MagicArg::None, summary: "list the magics" },
 ];
@@ -240,6 +241,7 @@ mod tests {
     fn no_arg_magics() {
         assert_eq!(code("%explain"), "jax::magic::explain()");
         assert_eq!(code("%memory"), "jax::magic::memory()");
+        assert_eq!(code("%eqn-count slow.call(&x)"), "jax::magic::eqn_counts(|| slow.call(&x))");
         assert_eq!(code("  %help  \n"), "jax::magic::help()");
     }
 
@@ -263,7 +265,7 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%jaxprr f.call(&x)") else { panic!() };
         assert_eq!(
             e,
-            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %profile, %memory, %explain, %precision, %help"
+            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %profile, %memory, %explain, %eqn-count, %precision, %help"
         );
         let Rewrite::Error(e) = rewrite("%time") else { panic!() };
         assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)`");

@@ -16,6 +16,7 @@
 mod child;
 mod complete;
 mod exec;
+mod input;
 pub mod magic;
 mod render;
 pub mod slots;
@@ -230,10 +231,27 @@ impl Session {
     /// Runs one cell, passing every output to `sink` as it appears (stdout/stderr lines
     /// while the cell runs, then displays and errors). Never panics; always returns a status.
     pub fn execute(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> ExecStatus {
+        self.execute_with_input(code, sink, &mut |_| None)
+    }
+
+    /// `execute`, with `input` answering the cell's requests for a line of input
+    /// (`debug::breakpoint!`'s prompt): it gets the prompt and returns the line typed, or
+    /// `None` for end of input (the breakpoint continues). See `input.rs`.
+    pub fn execute_with_input(
+        &mut self,
+        code: &str,
+        sink: &mut dyn FnMut(Output),
+        input: &mut dyn FnMut(&str) -> Option<String>,
+    ) -> ExecStatus {
         use std::sync::atomic::Ordering;
         *self.shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.shared.executing.store(true, Ordering::SeqCst);
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute_inner(code, sink)));
+        let fifo = input::fifo_path(self.slot.dir());
+        let mut routed = |out: Output| match input::request_prompt(&out) {
+            Some(prompt) => input::answer(&fifo, input(&prompt)),
+            None => sink(out),
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute_inner(code, &mut routed)));
         self.shared.executing.store(false, Ordering::SeqCst);
         match result {
             Ok(status) => status,
