@@ -193,7 +193,7 @@ pub fn update_str(name: &str, value: &str) -> Result<()> {
             Ok(())
         }
         None => Err(Error::value_error(format!(
-            "unknown config option {name:?} for a text value; known: {}, jax_default_matmul_precision",
+            "unknown config flag {name:?} for a text value; known flags: {}, jax_default_matmul_precision",
             STRINGS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
         ))),
     }
