@@ -1100,7 +1100,7 @@ impl Array {
 /// `clamp(int(frac_w * base_width * 2.5), 9, 80)` characters wide less 2 and
 /// `int(frac_h * 10)` lines tall (1-D: 1), the label `CPU <sorted ids>` centred.
 /// Errors: JAX's `ValueError` for other ranks; tracers.
-pub fn visualize_array_sharding(x: &Array) -> Result<String> {
+pub fn visualize_array_sharding(x: &Array) -> Result<crate::interactive::Text> {
     let d = match &x.0 {
         Repr::Device(d) => d,
         Repr::Tracer(_) => return Err(Error::type_error("visualize_array_sharding needs a concrete array")),
@@ -1171,7 +1171,7 @@ pub fn visualize_array_sharding(x: &Array) -> Result<String> {
         }
     }
     out.push_str(&rule("└", "┴", "┘"));
-    Ok(out)
+    Ok(crate::interactive::Text(out))
 }
 
 /// Python's `divmod` for integers (floor division).

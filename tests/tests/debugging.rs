@@ -52,7 +52,7 @@ fn print_argument_count_errors_come_back_from_the_traced_call() {
         x
     });
     let e = g.call(&jnp::arange(3.0)).unwrap_err();
-    assert!(e.message.contains("has 2 placeholders but 1 argument were given"), "{}", e.message);
+    assert!(e.message.contains("has 2 placeholders but 1 argument was given"), "{}", e.message);
     let h = jit(|x: Array| {
         debug::print!("{x}", x);
         x

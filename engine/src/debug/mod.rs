@@ -40,7 +40,7 @@ macro_rules! debug_print {
     };
 }
 pub use crate::debug_print as print;
-/// `jax.debug.visualize_array_sharding` (returns the table; print it).
+/// `jax.debug.visualize_array_sharding`: the table as `Text`, which a cell shows as is.
 pub use crate::sharding::visualize_array_sharding;
 
 pub use crate::debug_breakpoint as breakpoint;
@@ -110,9 +110,9 @@ pub fn check_format(fmt: &str, avals: &[ShapedArray]) -> Result<()> {
     }
     if avals.len() < n {
         return Err(Error::value_error(format!(
-            "`debug::print!` format string {fmt:?} has {n} placeholders but {} argument{} were given",
+            "`debug::print!` format string {fmt:?} has {n} placeholders but {} argument{} given",
             avals.len(),
-            if avals.len() == 1 { "" } else { "s" }
+            if avals.len() == 1 { " was" } else { "s were" }
         )));
     }
     Ok(())
