@@ -45,11 +45,18 @@ def collect(kc, msg_id: str, timeout: float = CELL_TIMEOUT) -> tuple[dict, list[
             return reply, messages
 
 
-def run(kc, code: str, timeout: float = CELL_TIMEOUT, **kw) -> tuple[dict, list[dict]]:
+def is_progress(m: dict) -> bool:
+    """A compile/cell-build progress display (transient; shown only for steps over 1 s)."""
+    return (m["msg_type"] in ("display_data", "update_display_data")
+            and (m["content"].get("transient") or {}).get("display_id", "").startswith("jaxrepl-progress-"))
+
+
+def run(kc, code: str, timeout: float = CELL_TIMEOUT, keep_progress: bool = False, **kw) -> tuple[dict, list[dict]]:
     """Executes `code`; returns the reply content and the output messages (no status or
-    execute_input)."""
+    execute_input; no progress displays unless `keep_progress`)."""
     reply, messages = collect(kc, kc.execute(code, **kw), timeout)
-    outputs = [m for m in messages if m["msg_type"] not in ("status", "execute_input")]
+    outputs = [m for m in messages if m["msg_type"] not in ("status", "execute_input")
+               and (keep_progress or not is_progress(m))]
     return reply["content"], outputs
 
 
@@ -126,6 +133,7 @@ def test_cell_messages_arrive_in_order(kernel):
     code = 'println!("first"); eprintln!("second"); 40 + 2'
     msg_id = kc.execute(code)
     reply, messages = collect(kc, msg_id)
+    messages = [m for m in messages if not is_progress(m)]
     kinds = [m["msg_type"] for m in messages]
     assert kinds == ["status", "execute_input", "stream", "stream", "execute_result", "status"], kinds
     assert messages[0]["content"]["execution_state"] == "busy"
@@ -307,7 +315,8 @@ def test_long_compiles_show_progress_that_is_emptied_at_the_end(kernel):
     # Announce every compile at once (the default waits a second).
     assert run(kc, "jax::progress::set_show_after(std::time::Duration::ZERO);")[0]["status"] == "ok"
     try:
-        reply, outputs = run(kc, "let g = jit(|x: Array| (x.cos() * 3.0).exp() + x);\ng.call(&jnp::arange(5.0))")
+        reply, outputs = run(kc, "let g = jit(|x: Array| (x.cos() * 3.0).exp() + x);\ng.call(&jnp::arange(5.0))",
+                             keep_progress=True)
     finally:
         run(kc, "jax::progress::set_show_after(jax::progress::SHOW_AFTER);")
     assert reply["status"] == "ok", reply

@@ -85,7 +85,11 @@ def outputs_text(cell):
         if kind == "stream":
             parts.append(out.get("text", ""))
         elif kind in ("execute_result", "display_data"):
-            parts.append(out.get("data", {}).get("text/plain", ""))
+            text = out.get("data", {}).get("text/plain", "")
+            if kind == "display_data" and text == "":
+                # A compile-progress display, emptied when the compile ended (transient).
+                continue
+            parts.append(text)
         elif kind == "error":
             parts.append("%s: %s" % (out.get("ename"), out.get("evalue")))
     return "\n".join(parts)

@@ -262,9 +262,12 @@ impl Printer {
             self.out.push_str(&format!("{head}  in {outs} }}"));
             return;
         }
-        // A one-equation sub-jaxpr fits on one line, as JAX prints short branches.
-        if body.len() == 1 && !body[0].contains('\n') {
-            let one = format!("{head} {} in {outs} }}", body[0]);
+        // A jaxpr that fits in the width prints on one line, equations joined by `; `, as
+        // JAX's pretty printer does (`{ lambda ; a:f32[4]. let b:f32[4] = sin a; c:f32[4] =
+        // mul b 2.0:f32[] in (c,) }`).
+        // Sub-jaxprs (params, branches) stay one per line unless they hold one equation.
+        if body.iter().all(|b| !b.contains('\n')) && (indent == 0 || body.len() == 1) {
+            let one = format!("{head} {} in {outs} }}", body.join("; "));
             if indent + one.len() <= WIDTH {
                 self.out.push_str(&one);
                 return;
