@@ -11,8 +11,7 @@ use crate::config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::{ClosedJaxpr, Jaxpr, Primitive};
 use crate::runtime::Buffer;
-use crate::trace::{bind, Array};
-use crate::transform::interp::{atom_array, operand, Env};
+use crate::trace::Array;
 use std::panic::Location;
 
 /// Whether either check is on.
@@ -76,30 +75,10 @@ pub(crate) fn check_jit(name: &str, jaxpr: &ClosedJaxpr, inputs: &[Array], outs:
 /// Evaluates `j` one equation at a time, each an eager op checked by `check_eager`; the
 /// first failure gets the equation's source line.
 fn eval_checked(j: &Jaxpr, consts: &[Array], args: &[Array]) -> Result<Vec<Array>> {
-    let mut env: Env<Array> = Env::new();
-    for (v, c) in j.constvars.iter().zip(consts) {
-        env.set(v, c.clone());
-    }
-    for (v, a) in j.invars.iter().zip(args) {
-        env.set(v, a.clone());
-    }
-    for e in &j.eqns {
-        let outs = if let Primitive::Pjit { jaxpr, .. } = &e.primitive {
-            let consts: Vec<Array> = jaxpr.consts.iter().map(|b| Array::from_buffer((**b).clone(), false)).collect();
-            let ins = e.inputs.iter().map(|a| atom_array(&env, a)).collect::<Result<Vec<_>>>()?;
-            eval_checked(&jaxpr.jaxpr, &consts, &ins)?
-        } else {
-            let ops = e.inputs.iter().map(|a| operand(&env, a)).collect::<Result<Vec<_>>>()?;
-            bind(e.primitive.clone(), ops, Location::caller()).map_err(|mut err| {
-                if err.kind == ErrorKind::FloatingPoint {
-                    err.location = e.source.clone();
-                }
-                err
-            })?
-        };
-        for (v, o) in e.outputs.iter().zip(outs) {
-            env.set(v, o);
+    crate::transform::interp::eval_jaxpr_mapping_errors(j, consts, args, Location::caller(), &|e, mut err| {
+        if err.kind == ErrorKind::FloatingPoint {
+            err.location = e.source.clone();
         }
-    }
-    j.outvars.iter().map(|a| atom_array(&env, a)).collect()
+        err
+    })
 }

@@ -92,7 +92,18 @@ pub fn literal_array(v: crate::ir::Scalar, aval: &ShapedArray) -> Result<Array> 
 /// Evaluates `j` on `args` by binding each equation (nested jit calls are inlined).
 #[track_caller]
 pub fn eval_jaxpr(j: &Jaxpr, consts: &[Array], args: &[Array]) -> Result<Vec<Array>> {
-    let loc = Location::caller();
+    eval_jaxpr_mapping_errors(j, consts, args, Location::caller(), &|_, e| e)
+}
+
+/// [`eval_jaxpr`] with `on_error` applied to the error of a failing equation (e.g. to give
+/// it the equation's source line; `jax_debug_nans` re-runs use this).
+pub(crate) fn eval_jaxpr_mapping_errors(
+    j: &Jaxpr,
+    consts: &[Array],
+    args: &[Array],
+    loc: &'static Location<'static>,
+    on_error: &dyn Fn(&crate::ir::Eqn, Error) -> Error,
+) -> Result<Vec<Array>> {
     let mut env: Env<Array> = Env::new();
     for (v, c) in j.constvars.iter().zip(consts) {
         env.set(v, c.clone());
@@ -107,10 +118,10 @@ pub fn eval_jaxpr(j: &Jaxpr, consts: &[Array], args: &[Array]) -> Result<Vec<Arr
         let outs = if let Primitive::Pjit { jaxpr, .. } = &e.primitive {
             let consts: Vec<Array> = jaxpr.consts.iter().map(|b| Array::from_buffer((**b).clone(), false)).collect();
             let ins = e.inputs.iter().map(|a| atom_array(&env, a)).collect::<Result<Vec<_>>>()?;
-            eval_jaxpr(&jaxpr.jaxpr, &consts, &ins)?
+            eval_jaxpr_mapping_errors(&jaxpr.jaxpr, &consts, &ins, loc, on_error)?
         } else {
             let ops = e.inputs.iter().map(|a| operand(&env, a)).collect::<Result<Vec<_>>>()?;
-            bind(e.primitive.clone(), ops, loc)?
+            bind(e.primitive.clone(), ops, loc).map_err(|err| on_error(e, err))?
         };
         for (v, o) in e.outputs.iter().zip(outs) {
             env.set(v, o);
