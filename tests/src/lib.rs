@@ -14,3 +14,23 @@ pub fn central_differences(f: impl Fn(&[f64]) -> f64, x: &[f64]) -> Vec<f64> {
         })
         .collect()
 }
+
+/// `n` deterministic f32 values in about `[lo, hi]` from a 64-bit LCG seeded by `seed` (Knuth's
+/// MMIX constants), not on a grid, so sums and products round: the tests' input data.
+pub fn lcg_f32(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f64 / (1u64 << 24) as f64 * (hi - lo) + lo) as f32
+        })
+        .collect()
+}
+
+/// An f32 array of `shape` with [`lcg_f32`] values in about [-1, 1], and those values
+/// (rounded to f32) as f64 for the reference.
+pub fn host_array(shape: &[usize], seed: u64) -> (jax::prelude::Array, Vec<f64>) {
+    let v = lcg_f32(shape.iter().product(), seed, -1.0, 1.0);
+    let a = jax::prelude::Array::from_vec(v.clone(), shape).expect("shape matches the data");
+    (a, v.iter().map(|&x| x as f64).collect())
+}

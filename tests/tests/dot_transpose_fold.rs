@@ -7,18 +7,7 @@
 
 use jax::prelude::*;
 
-/// Deterministic f32 values in about [-1, 1] and the same values as f64.
-fn host(shape: &[usize], seed: u64) -> (Array, Vec<f64>) {
-    let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let v: Vec<f32> = (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect();
-    (Array::from_vec(v.clone(), shape).unwrap(), v.iter().map(|&x| x as f64).collect())
-}
+use jaxrepl_tests::host_array as host;
 
 fn check(name: &str, got: &Array, shape: &[usize], want: &[f64], tol: f64) {
     assert_eq!(got.shape(), shape, "{name}: shape");

@@ -6,20 +6,7 @@
 use jax::ir::ConvDims;
 use jax::prelude::*;
 
-/// An f32 array of `shape` with deterministic values in about [-1, 1], and those values
-/// (rounded to f32) as f64 for the reference.
-fn host(shape: &[usize], seed: u64) -> (Array, Vec<f64>) {
-    let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let v: Vec<f32> = (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect();
-    let a = Array::from_vec(v.clone(), shape).unwrap();
-    (a, v.iter().map(|&x| x as f64).collect())
-}
+use jaxrepl_tests::host_array as host;
 
 fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];

@@ -10,13 +10,7 @@ use jax::prelude::*;
 
 /// Deterministic values in about [-3, 3] (not on a grid, so sums round).
 fn vals(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f64 / (1u64 << 24) as f64 * 6.0 - 3.0) as f32
-        })
-        .collect()
+    jaxrepl_tests::lcg_f32(n, seed, -3.0, 3.0)
 }
 
 fn arr(v: &[f32], shape: &[usize]) -> Array {

@@ -17,13 +17,7 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 
 /// Deterministic f32 values in about [-1, 1].
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect()
+    jaxrepl_tests::lcg_f32(n, seed, -1.0, 1.0)
 }
 
 /// `a[m,k] @ b[k,n]` in f64.
