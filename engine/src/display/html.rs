@@ -59,15 +59,20 @@ fn shown(el: &ElementTexts<'_>, axis: usize) -> Vec<Option<usize>> {
     v
 }
 
-fn table_1d(el: &ElementTexts<'_>, out: &mut String) {
-    let cols = shown(el, 0);
-    out.push_str(TABLE);
-    out.push_str("<tr>");
-    for c in &cols {
+/// One header cell per shown index (`…` at the summary gap).
+fn index_headers(cols: &[Option<usize>], out: &mut String) {
+    for c in cols {
         out.push_str(TH);
         out.push_str(&c.map_or("…".to_string(), |i| i.to_string()));
         out.push_str("</th>");
     }
+}
+
+fn table_1d(el: &ElementTexts<'_>, out: &mut String) {
+    let cols = shown(el, 0);
+    out.push_str(TABLE);
+    out.push_str("<tr>");
+    index_headers(&cols, out);
     out.push_str("</tr><tr>");
     for c in &cols {
         out.push_str(TD);
@@ -104,11 +109,7 @@ fn table_2d(el: &ElementTexts<'_>, r: usize, offset: usize, out: &mut String) {
     let cols = shown(el, r + 1);
     out.push_str(TABLE);
     out.push_str("<tr><th></th>");
-    for c in &cols {
-        out.push_str(TH);
-        out.push_str(&c.map_or("…".to_string(), |i| i.to_string()));
-        out.push_str("</th>");
-    }
+    index_headers(&cols, out);
     out.push_str("</tr>");
     for row in &rows {
         out.push_str("<tr>");
