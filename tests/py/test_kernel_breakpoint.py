@@ -10,7 +10,7 @@ import re
 
 import pytest
 from conftest import FIRST_CELL_TIMEOUT
-from test_kernel_lifecycle import collect, start_kernel
+from test_kernel_lifecycle import collect, kernel  # noqa: F401 (kernel: a module-scoped fixture)
 
 pytestmark = [
     pytest.mark.usefixtures("jaxrepl_kernelspec"),
@@ -24,14 +24,6 @@ CELL = """let bp = jit(|x: Array| {
     Ok::<_, Error>(y * 2.0)
 });
 bp.call(Array::scalar(2.0f32))"""
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    km, kc = start_kernel()
-    yield km, kc
-    kc.stop_channels()
-    km.shutdown_kernel(now=False)
 
 
 def stream_text(messages):
