@@ -146,7 +146,77 @@ static DUMP_IR_MODES: StrFlag = StrFlag {
     value: std::sync::Mutex::new(None),
     doc: "Comma-separated stages to dump: jaxpr, stablehlo (our lowered MLIR), compiled (optimized MLIR), eqn_count.",
 };
-static STRINGS: &[&StrFlag] = &[&DUMP_IR_TO, &DUMP_IR_MODES];
+// ---- persistent compilation cache (501 compilation-cache; see compile::persistent) ----
+static COMPILATION_CACHE_DIR: StrFlag = StrFlag {
+    name: "jax_compilation_cache_dir",
+    env: "JAX_COMPILATION_CACHE_DIR",
+    default: "",
+    value: std::sync::Mutex::new(None),
+    doc: "Directory of the persistent compilation cache (native code reused by later processes); empty: off.",
+};
+static PERSISTENT_MIN_COMPILE_TIME: StrFlag = StrFlag {
+    name: "jax_persistent_cache_min_compile_time_secs",
+    env: "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    default: "1.0",
+    value: std::sync::Mutex::new(None),
+    doc: "Only executables that took at least this many seconds to compile are written to the persistent cache.",
+};
+static PERSISTENT_MIN_ENTRY_SIZE: StrFlag = StrFlag {
+    name: "jax_persistent_cache_min_entry_size_bytes",
+    env: "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+    default: "0",
+    value: std::sync::Mutex::new(None),
+    doc: "Only entries of at least this many bytes are written to the persistent cache (0 or -1: no minimum).",
+};
+
+/// `jax_compilation_cache_dir` (empty when the persistent cache is off).
+pub fn compilation_cache_dir() -> String {
+    COMPILATION_CACHE_DIR.get()
+}
+/// `jax_persistent_cache_min_compile_time_secs` (default 1.0, JAX's; a value that does
+/// not parse as a number counts as the default).
+pub fn persistent_cache_min_compile_time_secs() -> f64 {
+    PERSISTENT_MIN_COMPILE_TIME.get().trim().parse().unwrap_or(1.0)
+}
+/// `jax_persistent_cache_min_entry_size_bytes` (default 0: no minimum; -1 too).
+pub fn persistent_cache_min_entry_size_bytes() -> i64 {
+    PERSISTENT_MIN_ENTRY_SIZE.get().trim().parse().unwrap_or(0)
+}
+/// `from jax.experimental.compilation_cache import compilation_cache as cc;
+/// cc.set_cache_dir(path)`: the same as `update_str("jax_compilation_cache_dir", path)`.
+pub fn set_cache_dir(path: &str) -> Result<()> {
+    update_str("jax_compilation_cache_dir", path)
+}
+/// Sets a number-valued flag: `jax_persistent_cache_min_compile_time_secs` (seconds, at
+/// least 0) or `jax_persistent_cache_min_entry_size_bytes` (whole bytes, -1 or more).
+/// Errors: `ValueError` for another name or a value out of range.
+pub fn update_float(name: &str, value: f64) -> Result<()> {
+    match name {
+        "jax_persistent_cache_min_entry_size_bytes" if value.fract() != 0.0 => {
+            Err(Error::value_error(format!("{name} takes a whole number of bytes, got {value}")))
+        }
+        "jax_persistent_cache_min_compile_time_secs" | "jax_persistent_cache_min_entry_size_bytes" => update_str(name, &value.to_string()),
+        _ => Err(Error::value_error(format!(
+            "unknown number config flag {name:?}; known: jax_persistent_cache_min_compile_time_secs, jax_persistent_cache_min_entry_size_bytes"
+        ))),
+    }
+}
+/// Checks a text value of a persistent-cache number flag.
+fn check_persistent_value(name: &str, value: &str) -> Result<()> {
+    let bad = match name {
+        "jax_persistent_cache_min_compile_time_secs" => !value.trim().parse::<f64>().is_ok_and(|v| v >= 0.0 && v.is_finite()),
+        "jax_persistent_cache_min_entry_size_bytes" => !value.trim().parse::<i64>().is_ok_and(|v| v >= -1),
+        _ => false,
+    };
+    if bad {
+        let what = if name.ends_with("_secs") { "a number of seconds >= 0" } else { "a whole number of bytes >= -1" };
+        return Err(Error::value_error(format!("{name} must be {what}, got {value:?}")));
+    }
+    Ok(())
+}
+// ---- end persistent compilation cache ----
+
+static STRINGS: &[&StrFlag] = &[&DUMP_IR_TO, &DUMP_IR_MODES, &COMPILATION_CACHE_DIR, &PERSISTENT_MIN_COMPILE_TIME, &PERSISTENT_MIN_ENTRY_SIZE];
 
 /// `jax_dump_ir_to` (empty when off).
 pub fn dump_ir_to() -> String {
@@ -187,6 +257,7 @@ pub fn update_str(name: &str, value: &str) -> Result<()> {
     if name == "jax_default_matmul_precision" {
         return crate::lax::precision::set_from_str(value);
     }
+    check_persistent_value(name, value)?;
     match STRINGS.iter().find(|f| f.name == name) {
         Some(f) => {
             *f.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(value.to_string());
@@ -226,6 +297,7 @@ pub fn update_int(name: &str, value: i64) -> Result<()> {
             }
             crate::sharding::set_num_cpu_devices(value as usize)
         }
+        "jax_persistent_cache_min_entry_size_bytes" | "jax_persistent_cache_min_compile_time_secs" => update_float(name, value as f64),
         _ => Err(Error::value_error(format!("unknown integer config setting {name:?}; known: jax_num_cpu_devices"))),
     }
 }

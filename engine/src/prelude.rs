@@ -10,6 +10,7 @@ pub use crate::lax;
 pub use crate::magic::{block_until_ready, effects_barrier, BlockUntilReady};
 pub use crate::nn;
 pub use crate::profiler::{self, named_scope, NamedScope, TraceAnnotation};
+pub use crate::trace::metadata::{set_xla_metadata, xla_metadata_call, XlaMetadata};
 pub use crate::runtime::memory::memory_stats;
 pub use crate::random;
 pub use crate::numpy as jnp;

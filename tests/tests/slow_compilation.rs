@@ -106,7 +106,7 @@ fn explain_gives_one_verdict_line_per_call_with_the_redefinition_hint() {
     // First: new function, compiled; second: same line again, identical module reused.
     assert!(verdicts[0].contains("trace: miss (never seen function), traced in "), "{report}");
     assert!(verdicts[0].contains("| executable: miss (new lowered module), lowered+compiled in "), "{report}");
-    assert!(verdicts[0].ends_with("| persistent: off (no on-disk cache in this engine)"), "{report}");
+    assert!(verdicts[0].ends_with("| persistent: off (jax_compilation_cache_dir is not set)"), "{report}");
     assert!(verdicts[1].contains("re-defined in a loop? define it once outside"), "{report}");
     assert!(verdicts[1].contains("| executable: hit (identical module compiled before), 0 ms | persistent: not consulted"), "{report}");
     assert!(report.contains("being re-defined repeatedly, preventing caching?"), "{report}");

@@ -116,10 +116,19 @@ impl Drop for Diagnostics<'_> {
     }
 }
 
+static PIPELINE_RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many MLIR pass pipelines this process has run (`run_pipeline` calls, every compile
+/// runs at least two): a persistent compilation cache hit runs none.
+pub fn pipeline_runs() -> u64 {
+    PIPELINE_RUNS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Runs a textual pass pipeline on `module` and verifies the result once (not after every
 /// pass); errors carry the diagnostics. With the environment variable
 /// `JAXREPL_PASS_TIMING` set, MLIR's per-pass timing report goes to stderr.
 pub fn run_pipeline(ctx: &Context, module: &mut Module, pipeline: &str, diags: &Diagnostics) -> Result<(), Error> {
+    PIPELINE_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: a fresh pass manager of `ctx`, handed to the melior wrapper that owns and
     // destroys it; timing only adds a report printed to stderr when it is destroyed.
     let pm = unsafe {
@@ -154,13 +163,15 @@ pub struct Engine {
 
 impl Engine {
     /// Translates an LLVM-dialect module to LLVM IR, optimizes it at `opt_level` and sets up
-    /// the JIT. `libs` are shared libraries to load. Errors if the C API returns null.
-    pub fn create(module: &Module, opt_level: u8, libs: &[&str]) -> Result<Engine, String> {
+    /// the JIT. `libs` are shared libraries to load. `keep_object`: compile position-
+    /// independent code and keep the object file (`dump_object`), for the persistent
+    /// compilation cache. Errors if the C API returns null.
+    pub fn create(module: &Module, opt_level: u8, libs: &[&str], keep_object: bool) -> Result<Engine, String> {
         // The C API reads each path's StringRef data as a C string: keep them NUL-terminated.
         let cs: Vec<CString> = libs.iter().map(|s| CString::new(*s).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
         let refs: Vec<MlirStringRef> = cs.iter().map(|c| MlirStringRef { data: c.as_ptr(), length: c.as_bytes().len() }).collect();
         // SAFETY: module is a valid LLVM-dialect module; refs outlive the call.
-        let raw = unsafe { mlirExecutionEngineCreate(module.to_raw(), opt_level.min(3) as i32, refs.len() as i32, refs.as_ptr(), false, false) };
+        let raw = unsafe { mlirExecutionEngineCreate(module.to_raw(), opt_level.min(3) as i32, refs.len() as i32, refs.as_ptr(), keep_object, keep_object) };
         if raw.ptr.is_null() {
             return Err("mlirExecutionEngineCreate returned null (translation to LLVM IR failed)".into());
         }
@@ -178,6 +189,14 @@ impl Engine {
     pub fn initialize(&self) {
         // SAFETY: valid engine.
         unsafe { mlirExecutionEngineInitialize(self.raw) }
+    }
+    /// Writes the object file the JIT compiled to `path` (only for an engine created with
+    /// `keep_object`, after `lookup_packed`; otherwise MLIR prints a note and writes
+    /// nothing).
+    pub fn dump_object(&self, path: &str) {
+        // SAFETY: valid engine; the path is NUL-terminated for the C++ side's StringRef.
+        let c = CString::new(path).unwrap_or_default();
+        unsafe { mlirExecutionEngineDumpToObjectFile(self.raw, MlirStringRef { data: c.as_ptr(), length: c.as_bytes().len() }) }
     }
     /// The packed wrapper (`void(void**)`) of function `name`, or null.
     pub fn lookup_packed(&self, name: &str) -> *mut c_void {

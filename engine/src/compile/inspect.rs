@@ -75,7 +75,7 @@ unsafe extern "C" {
     fn LLVMInitializeAArch64AsmPrinter();
 }
 
-fn init_native_target() -> Result<(), Error> {
+pub(super) fn init_native_target() -> Result<(), Error> {
     // SAFETY: LLVM's target initializers are idempotent and take no arguments.
     #[cfg(target_arch = "x86_64")]
     unsafe {
@@ -98,7 +98,7 @@ fn init_native_target() -> Result<(), Error> {
 }
 
 /// Takes an LLVM-allocated message.
-unsafe fn take_message(p: *mut c_char) -> String {
+pub(super) unsafe fn take_message(p: *mut c_char) -> String {
     if p.is_null() {
         return String::new();
     }
@@ -106,6 +106,18 @@ unsafe fn take_message(p: *mut c_char) -> String {
     let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
     unsafe { LLVMDisposeMessage(p) };
     s
+}
+
+/// The host's target triple, CPU name and CPU features as LLVM sees them (part of the
+/// persistent compilation cache's key: native code is only reused on the same target).
+pub(super) fn host_description() -> String {
+    // SAFETY: each LLVM-allocated string is copied and disposed once by `take_message`.
+    unsafe {
+        let t = take_message(LLVMGetDefaultTargetTriple());
+        let c = take_message(LLVMGetHostCPUName());
+        let f = take_message(LLVMGetHostCPUFeatures());
+        format!("{t}\n{c}\n{f}")
+    }
 }
 
 /// What `emit` produces.

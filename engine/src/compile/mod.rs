@@ -23,9 +23,11 @@ mod analysis;
 mod gemm;
 mod inspect;
 mod memcpy;
+mod orc;
 pub mod parallel;
 pub(crate) mod callbacks;
 pub mod context;
+pub mod persistent;
 mod tiered;
 #[cfg(test)]
 mod tests;
@@ -37,6 +39,7 @@ mod tests_approx;
 pub use analysis::{cost_analysis, memory_analysis, CostAnalysis, MemoryAnalysis};
 pub use inspect::{diff_passes, split_pipeline, temp_bytes, PassDiff, PassDiffs};
 pub use tiered::{compile_tiered, HEAVY_ELEMENTS, TIER1_OPT_LEVEL};
+pub(crate) use tiered::compile_persistent_tiered;
 
 use crate::error::Error;
 use crate::ir::ShapedArray;
@@ -93,7 +96,7 @@ type PackedFn = unsafe extern "C" fn(*mut *mut c_void);
 pub struct Executable {
     /// Owns the compiled code `entry` points into; only ever dropped (after every call).
     #[allow(dead_code)]
-    engine: Engine,
+    code: Code,
     entry: PackedFn,
     in_avals: Vec<ShapedArray>,
     out_avals: Vec<ShapedArray>,
@@ -126,6 +129,20 @@ pub struct Executable {
     /// name of its executions in profiles.
     name: String,
     site: crate::runtime::memory::SiteId,
+    /// The object file of the compiled code, kept for the persistent compilation cache
+    /// (compiled with `keep_object`; taken when the entry is written).
+    pub(crate) object: Option<Vec<u8>>,
+    /// Compiled by the parallel (OpenMP) pipeline: its code calls libomp.
+    parallel: bool,
+}
+
+/// What owns an executable's native code (held only to keep it alive).
+#[allow(dead_code)]
+enum Code {
+    /// Compiled in this process by MLIR's ExecutionEngine.
+    Engine(Engine),
+    /// Linked from a persistent compilation cache entry.
+    Loaded(orc::LoadedCode),
 }
 
 // SAFETY: the engine's compiled functions are plain reentrant code (no global state; the
@@ -216,21 +233,23 @@ fn with_entry(m: &LoweredModule, aliases: &[Option<usize>]) -> Result<String, Er
 /// Errors (`ErrorKind::Compile`): the text does not parse, a pass fails (message carries
 /// MLIR's diagnostics), the engine cannot be created, or the entry cannot be found.
 pub fn compile(module: &LoweredModule, opts: &CompileOptions) -> Result<Executable, Error> {
-    compile_in(module, opts, false)
+    compile_in(module, opts, false, false)
 }
 
 /// `compile`, in the background context (`context::background_context`, for the tier-2
 /// worker; the executable then keeps no LLVM-dialect module) or the process context.
-pub(crate) fn compile_in(module: &LoweredModule, opts: &CompileOptions, background: bool) -> Result<Executable, Error> {
+/// `keep_object`: compile position-independent code and keep its object file
+/// (`Executable::object`) for the persistent compilation cache.
+pub(crate) fn compile_in(module: &LoweredModule, opts: &CompileOptions, background: bool, keep_object: bool) -> Result<Executable, Error> {
     let aliases = parse_aliases(module);
-    let r = match compile_with(module, opts, aliases.clone(), background) {
+    let r = match compile_with(module, opts, aliases.clone(), background, keep_object) {
         // Bufferization refuses to compute an aliased output in its argument's buffer
         // when that would overwrite values still needed (two donated arguments whose
         // outputs read each other, say): donation is a hint, so compile without aliasing
         // (outputs get fresh buffers).
         // (Any failure is retried: an unrelated error recurs and is returned.)
         Err(_) if aliases.iter().any(Option::is_some) => {
-            compile_with(module, opts, vec![None; aliases.len()], background)
+            compile_with(module, opts, vec![None; aliases.len()], background, keep_object)
         }
         r => r,
     };
@@ -242,9 +261,9 @@ pub(crate) fn compile_in(module: &LoweredModule, opts: &CompileOptions, backgrou
 
 /// Compiles on all cores when the module has large loop nests (`parallel`), falling back
 /// to the single-threaded pipelines when that path tags nothing or fails.
-fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>, background: bool) -> Result<Executable, Error> {
+fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>, background: bool, keep_object: bool) -> Result<Executable, Error> {
     if parallel::wants_parallel(&module.text) {
-        match compile_impl(module, opts, aliases.clone(), background, true) {
+        match compile_impl(module, opts, aliases.clone(), background, true, keep_object) {
             Ok(Some(e)) => return Ok(e),
             r => {
                 if std::env::var_os("JAXREPL_DEBUG_PARALLEL").is_some() {
@@ -253,7 +272,7 @@ fn compile_with(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
             }
         }
     }
-    compile_impl(module, opts, aliases, background, false).map(|e| e.expect("serial compiles always give an executable"))
+    compile_impl(module, opts, aliases, background, false, keep_object).map(|e| e.expect("serial compiles always give an executable"))
 }
 
 /// Removes the transform schedule (`transform.named_sequence` ops) from `m`'s body.
@@ -275,7 +294,7 @@ fn drop_transform_ops(m: &Module) {
 /// One compile; with `par`, the multi-threaded path of `parallel`, which gives `Ok(None)`
 /// when no loop nest is large enough to split (its optimized IR is kept, since
 /// `optimized_ir()` would otherwise recompute the single-threaded pipeline's).
-fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>, background: bool, par: bool) -> Result<Option<Executable>, Error> {
+fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Option<usize>>, background: bool, par: bool, keep_object: bool) -> Result<Option<Executable>, Error> {
     let src = with_entry(module, &aliases)?;
     let guard = if background { context::background_context() } else { context() };
     let ctx = &guard.ctx;
@@ -308,14 +327,14 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
 
     let t2 = Instant::now();
     let libs: &[&str] = if par { &[parallel::LIBOMP] } else { &[] };
-    let engine = Engine::create(&m, opts.opt_level, libs).map_err(|e| diags.error(&e))?;
+    let engine = Engine::create(&m, opts.opt_level, libs, keep_object).map_err(|e| diags.error(&e))?;
     if par {
         parallel::configure_libomp();
     }
     t.engine = t2.elapsed().as_secs_f64();
 
     let t3 = Instant::now();
-    for (name, ptr) in callbacks::symbols().into_iter().chain(memcpy::symbols()).chain(gemm::symbols()) {
+    for (name, ptr) in runtime_symbols() {
         // SAFETY: `symbols()` pairs each name with the extern "C" fn of the signature the
         // lowering declares for it; they are plain functions, valid forever.
         unsafe { engine.register_symbol(&name, ptr) };
@@ -328,6 +347,8 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     // SAFETY: a packed MLIR wrapper has the signature `void(void**)`.
     let entry: PackedFn = unsafe { std::mem::transmute::<*mut c_void, PackedFn>(ptr) };
     t.codegen = t3.elapsed().as_secs_f64();
+    // The object is read back only for the cache; a failure just leaves it out.
+    let object = keep_object.then(|| persistent::read_object(&engine)).flatten();
 
     // SAFETY: the module lives in the process-wide context, which is never dropped, and is
     // only used or destroyed while that context's lock is held. A background compile's
@@ -342,7 +363,7 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     drop(diags);
     drop(guard);
     Ok(Some(Executable {
-        engine,
+        code: Code::Engine(engine),
         entry,
         in_avals: module.in_avals.clone(),
         out_avals: module.out_avals.clone(),
@@ -359,7 +380,53 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         runs: AtomicU64::new(0),
         site: crate::runtime::memory::site_id(&display_name(&module.text)),
         name: display_name(&module.text),
+        object,
+        parallel: par,
     }))
+}
+
+/// All runtime symbols compiled code may call (host callbacks, `memrefCopy`, GEMM).
+pub(crate) fn runtime_symbols() -> Vec<(String, *mut c_void)> {
+    callbacks::symbols().into_iter().chain(memcpy::symbols()).chain(gemm::symbols()).collect()
+}
+
+/// An executable for `module` whose native code is `object` (a persistent compilation
+/// cache entry compiled from the same module, with these `aliases`): linked by ORC, no
+/// MLIR pipeline or LLVM optimisation runs. `parallel`: the code calls libomp. `times`:
+/// `codegen` is the link time, the rest 0. Errors (`Compile`): the object does not link.
+pub(crate) fn load_executable(module: &LoweredModule, aliases: Vec<Option<usize>>, opt_level: u8, object: &[u8], parallel: bool) -> Result<Executable, Error> {
+    let src = with_entry(module, &aliases)?;
+    let t0 = Instant::now();
+    let libomp = parallel.then_some(parallel::LIBOMP);
+    let (code, ptr) = orc::load_object(object, &runtime_symbols(), libomp, &format!("_mlir__mlir_ciface_{ENTRY}")).map_err(Error::compile)?;
+    if parallel {
+        parallel::configure_libomp();
+    }
+    // SAFETY: the packed MLIR wrapper `_mlir__mlir_ciface_jaxrepl_entry` has the signature
+    // `void(void**)`; `code` keeps it alive as long as the Executable.
+    let entry: PackedFn = unsafe { std::mem::transmute::<*mut c_void, PackedFn>(ptr) };
+    let times = CompileTimes { codegen: t0.elapsed().as_secs_f64(), ..CompileTimes::default() };
+    Ok(Executable {
+        code: Code::Loaded(code),
+        entry,
+        in_avals: module.in_avals.clone(),
+        out_avals: module.out_avals.clone(),
+        const_args: module.const_args.clone(),
+        out_from_arg: (0..module.out_avals.len()).map(|k| aliases.iter().position(|a| *a == Some(k))).collect(),
+        donated: parse_aliases(module).iter().map(Option::is_some).collect(),
+        aliases,
+        src,
+        optimized_ir: std::sync::OnceLock::new(),
+        llvm_module: None,
+        times,
+        opt_level,
+        upgrade: None,
+        runs: AtomicU64::new(0),
+        site: crate::runtime::memory::site_id(&display_name(&module.text)),
+        name: display_name(&module.text),
+        object: None,
+        parallel,
+    })
 }
 
 /// `jit(f)` for a module `module @jit_f ...` (the name as `%profile`, the memory

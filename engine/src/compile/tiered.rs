@@ -29,6 +29,7 @@
 //! constants together) compile at the requested level at once: there the run time of
 //! unoptimised loops would cost more than the compile time saved.
 
+use super::persistent::{self, Pending};
 use super::{compile_in, CompileOptions, Executable};
 use crate::config;
 use crate::error::Error;
@@ -72,10 +73,12 @@ pub(crate) struct Upgrade {
     done: (Mutex<bool>, Condvar),
     /// The tier-1 executable's aliases (which donated arguments hold their outputs).
     tier1_aliases: Vec<Option<usize>>,
+    /// The persistent cache entry to write the optimised tier's code to.
+    persist: Option<Arc<Pending>>,
 }
 
 impl Upgrade {
-    fn new(module: LoweredModule, opts: CompileOptions, tier1_aliases: Vec<Option<usize>>) -> Upgrade {
+    fn new(module: LoweredModule, opts: CompileOptions, tier1_aliases: Vec<Option<usize>>, persist: Option<Arc<Pending>>) -> Upgrade {
         let name = module
             .text
             .split_whitespace()
@@ -91,6 +94,7 @@ impl Upgrade {
             error: Mutex::new(None),
             done: (Mutex::new(false), Condvar::new()),
             tier1_aliases,
+            persist,
         }
     }
 
@@ -118,12 +122,15 @@ impl Upgrade {
     fn run(&self) {
         let Some((module, opts)) = self.source.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
         let t0 = Instant::now();
-        let r = compile_in(&module, &opts, true);
+        let r = compile_in(&module, &opts, true, self.persist.is_some());
         let secs = t0.elapsed().as_secs_f64();
         match r {
             // Donation must behave the same in both tiers: an optimised build that aliases
             // differently (it should not: the MLIR pipeline is the same) is not used.
-            Ok(e) if e.aliases() == self.tier1_aliases.as_slice() => {
+            Ok(mut e) if e.aliases() == self.tier1_aliases.as_slice() => {
+                if let Some(p) = &self.persist {
+                    persistent::store(p, &mut e);
+                }
                 if config::log_compiles() {
                     eprintln!(
                         "Finished MLIR compilation of jit({}) in {secs:.9} sec (tier 2, LLVM O{}, background; replaces tier 1)",
@@ -260,10 +267,32 @@ fn light(module: &LoweredModule) -> bool {
 // `<=`: stays right should the first tier's level be raised above 0.
 #[allow(clippy::absurd_extreme_comparisons)]
 pub fn compile_tiered(module: &LoweredModule, opts: &CompileOptions) -> Result<Executable, Error> {
+    compile_persistent_tiered(module, opts, None).map(|(e, _)| e)
+}
+
+/// `compile_tiered`, writing the optimised code to the persistent compilation cache entry
+/// `persist` (if given and the thresholds allow): at once when compiled untiered, else when
+/// the optimised tier, queued at once, is ready. Also returns what the cache did (or will
+/// do) with the entry, for `%explain`.
+// `<=`: as in `compile_tiered`.
+#[allow(clippy::absurd_extreme_comparisons)]
+pub(crate) fn compile_persistent_tiered(module: &LoweredModule, opts: &CompileOptions, persist: Option<Arc<Pending>>) -> Result<(Executable, String), Error> {
     if !config::tiered_compilation() || opts.opt_level <= TIER1_OPT_LEVEL || !light(module) {
-        return compile_in(module, opts, false);
+        let mut e = compile_in(module, opts, false, persist.is_some())?;
+        let what = persist.as_ref().map(|p| persistent::store(p, &mut e)).unwrap_or_default();
+        return Ok((e, what));
     }
-    let mut e = compile_in(module, &CompileOptions { opt_level: TIER1_OPT_LEVEL }, false)?;
-    e.upgrade = Some(Arc::new(Upgrade::new(module.clone(), opts.clone(), e.aliases().to_vec())));
-    Ok(e)
+    let mut e = compile_in(module, &CompileOptions { opt_level: TIER1_OPT_LEVEL }, false, false)?;
+    let what = if persist.is_some() {
+        format!("the optimised tier (LLVM O{}) compiles in the background now and is written when ready", opts.opt_level)
+    } else {
+        String::new()
+    };
+    let start_now = persist.is_some();
+    let up = Arc::new(Upgrade::new(module.clone(), opts.clone(), e.aliases().to_vec(), persist));
+    if start_now {
+        up.request();
+    }
+    e.upgrade = Some(up);
+    Ok((e, what))
 }

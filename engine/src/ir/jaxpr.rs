@@ -453,6 +453,10 @@ pub struct Eqn {
     /// `jax.named_scope` names active when the equation was traced (`outer/inner`); not
     /// printed in the jaxpr, written as MLIR locations by lowering.
     pub name_stack: Option<std::sync::Arc<str>>,
+    /// Op metadata (`set_xla_metadata`) active when the equation was traced, rendered as
+    /// an MLIR dictionary `{mhlo.frontend_attributes = {k = "v"}}`; not printed in the
+    /// jaxpr, written on the lowered ops' locations.
+    pub metadata: Option<std::sync::Arc<str>>,
 }
 
 /// A jaxpr: `{ lambda constvars ; invars. let eqns in (outvars,) }`.

@@ -14,8 +14,9 @@ pub(crate) struct Emitter {
     pub text: String,
     next: usize,
     indent: usize,
-    /// Location written after every one-line op (`loc("scope/prim")`): the equation's
-    /// `jax.named_scope` stack, set while lowering an equation that has one.
+    /// Location written after every one-line op, as the text inside `loc(...)`
+    /// (`"jit(f)/scope/prim"`, or a `fused<{metadata}>["..."]` location): the equation's
+    /// `jax.named_scope` stack and op metadata, set while lowering an equation that has one.
     pub loc: Option<String>,
 }
 
@@ -44,7 +45,7 @@ impl Emitter {
             // A region opener (`... {`) takes its location after the closing brace; those
             // are left without one.
             Some(l) if !rhs.trim_end().ends_with('{') && !rhs.contains('\n') => {
-                let line = format!("{n} = {rhs} loc({})", crate::interactive::json_string(l));
+                let line = format!("{n} = {rhs} loc({l})");
                 self.line(&line)
             }
             _ => self.line(&format!("{n} = {rhs}")),

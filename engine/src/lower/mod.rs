@@ -224,6 +224,7 @@ fn fold_dot_transposes(j: &Jaxpr) -> Option<Vec<Eqn>> {
                 outputs: j.eqns[t].outputs.clone(),
                 source: dot.source.clone(),
                 name_stack: dot.name_stack.clone(),
+                metadata: dot.metadata.clone(),
             };
             drop[t] = true;
         }
@@ -341,10 +342,21 @@ impl Lowerer {
     fn eqn(&mut self, eq: &Eqn, env: &mut HashMap<u32, Val>) -> Result<(), Error> {
         let ins: Vec<Val> = eq.inputs.iter().map(|a| self.atom(a, env)).collect::<Result<_, _>>()?;
         // `jax.named_scope`: this equation's ops are located at `jit(f)/scope/prim` (equations
-        // without a scope inside a scoped call keep the caller's location).
+        // without a scope inside a scoped call keep the caller's location). Op metadata
+        // (`set_xla_metadata`) is the metadata of a fused location around that name
+        // (`jit(f)/prim` without a scope).
         let outer_loc = self.e.loc.clone();
-        if let Some(s) = &eq.name_stack {
-            self.e.loc = Some(format!("{}/{s}/{}", self.scope_prefix, eq.primitive.name()));
+        let name = match &eq.name_stack {
+            Some(s) => Some(format!("{}/{s}/{}", self.scope_prefix, eq.primitive.name())),
+            None if eq.metadata.is_some() => Some(format!("{}/{}", self.scope_prefix, eq.primitive.name())),
+            None => None,
+        };
+        if let Some(n) = name {
+            let quoted = crate::interactive::json_string(&n);
+            self.e.loc = Some(match &eq.metadata {
+                Some(m) => format!("fused<{m}>[{quoted}]"),
+                None => quoted,
+            });
         }
         let outs = match &eq.primitive {
             Primitive::DebugCallback { callback, .. } => {

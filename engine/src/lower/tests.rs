@@ -35,11 +35,11 @@ impl Builder {
     }
     pub fn op(&mut self, p: Primitive, ins: &[Atom], shape: &[usize], d: DType) -> Atom {
         let v = self.var(shape, d);
-        self.eqns.push(Eqn { primitive: p, inputs: ins.to_vec(), outputs: vec![v.clone()], source: None, name_stack: None });
+        self.eqns.push(Eqn { primitive: p, inputs: ins.to_vec(), outputs: vec![v.clone()], source: None, name_stack: None, metadata: None });
         Atom::Var(v)
     }
     pub fn effect(&mut self, p: Primitive, ins: &[Atom]) {
-        self.eqns.push(Eqn { primitive: p, inputs: ins.to_vec(), outputs: vec![], source: None, name_stack: None });
+        self.eqns.push(Eqn { primitive: p, inputs: ins.to_vec(), outputs: vec![], source: None, name_stack: None, metadata: None });
     }
     pub fn finish(self, outs: &[Atom]) -> ClosedJaxpr {
         ClosedJaxpr {

@@ -7,6 +7,7 @@
 //! in the trace with the user's line and returned by the traced call.
 
 pub mod array;
+pub mod metadata;
 pub mod pytree;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -251,6 +252,7 @@ pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Resu
                 outputs: outputs.clone(),
                 source: Some(src),
                 name_stack: crate::profiler::current_name_stack(),
+                metadata: metadata::current_metadata(),
             });
             Ok(outputs.into_iter().map(|v| Array(Repr::Tracer(Tracer { trace_id: id, var: v, alive: token.clone() }))).collect())
         });

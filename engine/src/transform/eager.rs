@@ -125,7 +125,7 @@ fn one_eqn_jaxpr(prim: Primitive, in_avals: &[ShapedArray], out_avals: &[ShapedA
     let jaxpr = Jaxpr {
         constvars: vec![],
         invars: invars.clone(),
-        eqns: vec![Eqn { primitive: prim, inputs: invars.into_iter().map(Atom::Var).collect(), outputs: outputs.clone(), source: None, name_stack: None }],
+        eqns: vec![Eqn { primitive: prim, inputs: invars.into_iter().map(Atom::Var).collect(), outputs: outputs.clone(), source: None, name_stack: None, metadata: None }],
         outvars: outputs.into_iter().map(Atom::Var).collect(),
     };
     ClosedJaxpr { jaxpr, consts: vec![] }

@@ -20,6 +20,9 @@ pub struct Event {
     pub compile_secs: f64,
     /// Why the trace cache missed (the `jax_explain_cache_misses` text).
     pub reason: Option<String>,
+    /// The persistent compilation cache's verdict (`compile::persistent::Verdict::text`) on
+    /// an executable cache miss.
+    pub persistent: Option<String>,
 }
 
 const KEEP: usize = 20;
@@ -89,8 +92,9 @@ pub fn short_reason(reason: &str) -> String {
 
 /// One verdict line per event, every layer with its reason and cost:
 /// `f at cell:3  trace: miss (never seen function), 1.20 ms | executable: miss, lowered+compiled in 30.1 ms | persistent: off (...)`,
-/// then the full miss explanation, indented. The persistent layer is reported as off:
-/// this engine keeps no on-disk executable cache yet.
+/// then the full miss explanation, indented. The persistent layer (consulted only on an
+/// executable cache miss) shows its verdict: `off (...)`, `hit (...)` or
+/// `miss (...); written ...`/`not written: ...`.
 pub fn report(events: &[Event]) -> String {
     if events.is_empty() {
         return "No cache misses recorded yet: every call so far hit the trace and executable caches.".into();
@@ -108,7 +112,11 @@ pub fn report(events: &[Event]) -> String {
         } else {
             format!("miss (new lowered module), lowered+compiled in {:.2} ms", e.compile_secs * 1e3)
         };
-        let persistent = if e.executable_hit { "not consulted" } else { "off (no on-disk cache in this engine)" };
+        let persistent = match (&e.persistent, e.executable_hit) {
+            (_, true) => "not consulted",
+            (Some(v), false) => v.as_str(),
+            (None, false) => "off (jax_compilation_cache_dir is not set)",
+        };
         s.push_str(&format!(
             "{} at {}:{}  trace: {trace} | executable: {exe} | persistent: {persistent}\n",
             e.function, e.call_site.file, e.call_site.line

@@ -148,6 +148,9 @@ pub struct CacheEntry {
     /// `jax_default_matmul_precision` when traced: part of the cache key, and in effect
     /// while this entry is lowered.
     pub matmul_precision: Option<crate::ir::DotPrecision>,
+    /// Op metadata scope (`set_xla_metadata`) open when traced: part of the cache key, as
+    /// in JAX (its equations carry it).
+    pub xla_metadata: Option<Arc<str>>,
 }
 
 /// Whether a computation may run on the calling thread when its inputs are ready: it has
@@ -355,6 +358,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 executable_hit: art.cache_hit,
                 compile_secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
                 reason: None,
+                persistent: art.persistent.as_ref().map(|v| v.text.clone()),
             });
         }
         let place = crate::sharding::out_place(
@@ -438,7 +442,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         {
             let cache = self.inner.cache.lock().unwrap_or_else(|e| e.into_inner());
             let mp = crate::lax::precision::default_matmul_precision();
-            if let Some(e) = cache.get(&h).and_then(|v| v.iter().find(|(s, e)| s.matches(flat) && e.matmul_precision == mp)) {
+            if let Some(e) = cache.get(&h).and_then(|v| v.iter().find(|(s, e)| s.matches(flat) && e.matmul_precision == mp && crate::trace::metadata::is_current(&e.xla_metadata))) {
                 return Ok((e.1.clone(), false));
             }
         }
@@ -463,6 +467,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             compiled: OnceLock::new(),
             sync,
             matmul_precision: crate::lax::precision::default_matmul_precision(),
+            xla_metadata: crate::trace::metadata::current_metadata(),
         });
         if config::log_compiles() {
             eprintln!("Finished tracing {} for jit in {:.9} sec", self.inner.name, entry.trace_secs);

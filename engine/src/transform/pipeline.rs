@@ -34,6 +34,9 @@ pub struct CompiledArtifacts {
     /// Seconds spent lowering and compiling (0 for a cache hit).
     pub lower_secs: f64,
     pub compile_secs: f64,
+    /// What the persistent compilation cache did (`None` for an executable cache hit,
+    /// where it is not consulted).
+    pub persistent: Option<compile::persistent::Verdict>,
 }
 
 static COMPILES: AtomicU64 = AtomicU64::new(0);
@@ -110,6 +113,7 @@ pub fn canonicalize(j: &Jaxpr) -> Jaxpr {
                             outputs: vec![v.clone()],
                             source: e.source.clone(),
                             name_stack: e.name_stack.clone(),
+                            metadata: e.metadata.clone(),
                         });
                         *inp = Atom::Var(v);
                     }
@@ -168,8 +172,31 @@ mod flag_tests {
     }
 }
 
-/// Compiles a lowered module, through the executable cache.
+/// Compiles a lowered module, through the executable cache (and the persistent
+/// compilation cache when `jax_compilation_cache_dir` is set).
 pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(ExecutableRef, bool)> {
+    compile_lowered_verdict(m, opts).map(|(e, hit, _)| (e, hit))
+}
+
+/// On an executable-cache miss: the persistent cache's entry for `module`, loaded, or a
+/// fresh compile (tiered) that writes it; with the persistent layer's verdict.
+fn compile_persistent(module: &LoweredModule, opt_level: u8) -> Result<(Executable, compile::persistent::Verdict)> {
+    use compile::persistent::{self, Load, Verdict};
+    let opts = CompileOptions { opt_level };
+    let Some(p) = persistent::pending(module, opt_level) else {
+        return compile::compile_tiered(module, &opts).map(|e| (e, Verdict::off()));
+    };
+    let why = match persistent::load(&p, module, opt_level) {
+        Load::Hit(exe, v) => return Ok((exe, v)),
+        Load::Miss(why) | Load::Corrupt(why) => why,
+    };
+    let (e, what) = compile::compile_persistent_tiered(module, &opts, Some(Arc::new(p)))?;
+    Ok((e, Verdict { hit: false, text: format!("miss ({why}); {what}") }))
+}
+
+/// `compile_lowered`, also returning the persistent layer's verdict (`None` for an
+/// executable cache hit).
+pub fn compile_lowered_verdict(m: &LoweredModule, opts: &StageOptions) -> Result<(ExecutableRef, bool, Option<compile::persistent::Verdict>)> {
     let opt_level = match opts.opt_level {
         Some(l) => l,
         None => default_opt_level()?,
@@ -185,7 +212,7 @@ pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(Execut
     }
     let key = h.finalize();
     if let Some(e) = exe_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok((e.clone(), true));
+        return Ok((e.clone(), true, None));
     }
     // Compile on a helper thread so that an interrupt stops the wait at once; an
     // interrupted compile still finishes in the background and fills the cache.
@@ -197,9 +224,12 @@ pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(Execut
             // Tiered (`jaxrepl_tiered_compilation`): a quick tier now that upgrades itself
             // to `opt_level` in the background; the cached record says which tier runs
             // (`Executable::tier`).
-            let r = compile::compile_tiered(&module, &CompileOptions { opt_level }).map(Arc::new);
-            if let Ok(exe) = &r {
-                COMPILES.fetch_add(1, Ordering::Relaxed);
+            // A persistent cache hit is linked, not compiled (`COMPILES` counts compiles).
+            let r = compile_persistent(&module, opt_level).map(|(e, v)| (Arc::new(e), v));
+            if let Ok((exe, v)) = &r {
+                if !v.hit {
+                    COMPILES.fetch_add(1, Ordering::Relaxed);
+                }
                 exe_cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, exe.clone());
             }
             let _ = tx.send(r);
@@ -209,7 +239,7 @@ pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(Execut
     let mut watch = crate::progress::Watch::start(&crate::compile::display_name(&m.text));
     loop {
         match rx.recv_timeout(std::time::Duration::from_millis(10)) {
-            Ok(r) => return r.map(|exe| (exe, false)),
+            Ok(r) => return r.map(|(exe, v)| (exe, false, Some(v))),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 watch.tick();
                 if crate::runtime::interrupt::take_if_set() {
@@ -232,7 +262,7 @@ pub fn compile_jaxpr(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result
     let lower_secs = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let mut span = crate::profiler::span("compile", || format!("compile jit({name})"));
-    let (executable, cache_hit) = compile_lowered(&lowered, opts)?;
+    let (executable, cache_hit, persistent) = compile_lowered_verdict(&lowered, opts)?;
     if let Some(s) = span.as_mut() {
         s.arg("cache_hit", cache_hit);
     }
@@ -255,10 +285,14 @@ pub fn compile_jaxpr(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result
             1 => format!("tier 1, LLVM O{}; tier 2 at O{} compiles in the background from the second call", executable.running_opt_level(), opts.opt_level.unwrap_or_else(|| default_opt_level().unwrap_or(2))),
             _ => format!("tier 2, LLVM O{}", executable.running_opt_level()),
         };
-        eprintln!("Finished MLIR compilation of jit({name}) in {compile_secs:.9} sec ({tier})");
+        // A persistent cache hit compiled nothing (its hit line was logged instead).
+        if !persistent.as_ref().is_some_and(|v| v.hit) {
+            eprintln!("Finished MLIR compilation of jit({name}) in {compile_secs:.9} sec ({tier})");
+        }
     }
-    if !cache_hit {
+    // Only when dumping: `optimized_ir()` reruns the loop pipeline on first request.
+    if !cache_hit && !config::dump_ir_to().is_empty() {
         crate::debug::dump::dump_stages(name, j, &lowered.text, executable.optimized_ir());
     }
-    Ok(CompiledArtifacts { lowered, executable, cache_hit, lower_secs, compile_secs: if cache_hit { 0.0 } else { compile_secs } })
+    Ok(CompiledArtifacts { lowered, executable, cache_hit, lower_secs, compile_secs: if cache_hit { 0.0 } else { compile_secs }, persistent })
 }
