@@ -83,6 +83,9 @@ fn child_process() {
     println!("HITS={}", jax::compile::persistent::hits());
     println!("WRITES={}", jax::compile::persistent::writes());
     println!("TIER={tier}");
+    // The inspection views work on a loaded executable too (its LLVM module is rebuilt).
+    let asm = cf.as_text_stage(jax::transform::stages::Stage::Asm).unwrap();
+    println!("ASM={}", asm.contains("jaxrepl_entry"));
     for line in report.lines().filter(|l| l.contains("| persistent: ")) {
         println!("EXPLAIN={line}");
     }
@@ -184,6 +187,7 @@ fn second_process_loads_native_code_without_compiling() {
     assert_eq!((b.num("PIPELINES"), b.num("HITS"), b.num("WRITES")), (0, 2, 0), "{}", b.stderr);
     // A hit runs the optimised code from the first call (tiered compilation is skipped).
     assert_eq!(b.num("TIER"), 2);
+    assert_eq!((a.one("ASM"), b.one("ASM")), ("true", "true"));
     assert!(b.stderr.contains("Persistent compilation cache hit for 'jit_f' with key 'jit_f-"), "{}", b.stderr);
     assert!(!b.stderr.contains("Finished MLIR compilation"), "{}", b.stderr);
     assert!(!b.stderr.contains("PERSISTENT COMPILATION CACHE MISS"), "{}", b.stderr);

@@ -224,20 +224,14 @@ impl Executable {
     /// compiled with, 2 by default). Errors (`Compile`): translation or code generation
     /// failed, or the host architecture is neither x86-64 nor AArch64.
     pub fn assembly(&self, opt_level: u8) -> Result<String, Error> {
-        let guard = context();
-        let diags = Diagnostics::capture(&guard.ctx);
-        let m = self.llvm_module.as_ref().ok_or_else(|| Error::compile("no LLVM module kept"))?;
-        emit(m, opt_level, Emit::Assembly, &diags)
+        self.with_llvm_module(|m, diags| emit(m, opt_level, Emit::Assembly, diags))
     }
 
     /// Bytes of machine code (the object file's `.text` sections) LLVM generates for this
     /// executable at `opt_level`: `generated_code_size_in_bytes` of `memory_analysis`.
     /// Errors (`Compile`): as `assembly`.
     pub fn code_size(&self, opt_level: u8) -> Result<u64, Error> {
-        let guard = context();
-        let diags = Diagnostics::capture(&guard.ctx);
-        let m = self.llvm_module.as_ref().ok_or_else(|| Error::compile("no LLVM module kept"))?;
-        Ok(emit(m, opt_level, Emit::CodeSize, &diags)?.parse().unwrap_or(0))
+        Ok(self.with_llvm_module(|m, diags| emit(m, opt_level, Emit::CodeSize, diags))?.parse().unwrap_or(0))
     }
 }
 

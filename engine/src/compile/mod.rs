@@ -643,10 +643,23 @@ impl Executable {
     /// The LLVM IR of the compiled module (before LLVM's own optimisation passes).
     /// Errors (`ErrorKind::Compile`) if translation fails.
     pub fn llvm_ir(&self) -> Result<String, Error> {
+        self.with_llvm_module(translate_to_llvm_ir)
+    }
+
+    /// Runs `f` on this executable's LLVM-dialect module under the process context's
+    /// lock: the kept one, or (an executable linked from the persistent compilation cache
+    /// keeps none) one rebuilt from the kept source with the serial pipelines: the same
+    /// MLIR, except that a parallel module's OpenMP regions are not rebuilt.
+    pub(crate) fn with_llvm_module<T>(&self, f: impl FnOnce(&Module<'_>, &Diagnostics<'_>) -> Result<T, Error>) -> Result<T, Error> {
         let guard = context();
         let diags = Diagnostics::capture(&guard.ctx);
-        let m = self.llvm_module.as_ref().ok_or_else(|| Error::compile("no LLVM module kept"))?;
-        translate_to_llvm_ir(m, &diags)
+        if let Some(m) = &self.llvm_module {
+            return f(m, &diags);
+        }
+        let mut m = Module::parse(&guard.ctx, &self.src).ok_or_else(|| diags.error("the lowered module does not parse"))?;
+        run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
+        run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
+        f(&m, &diags)
     }
     /// Seconds spent in each compile step (of the first tier for a tiered executable).
     pub fn times(&self) -> &CompileTimes {
