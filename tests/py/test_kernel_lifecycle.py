@@ -214,6 +214,24 @@ def test_inspect_shows_a_variables_type(kernel):
     assert "Vec<u8>" in reply["content"]["data"]["text/plain"]
 
 
+def test_inspect_shows_an_engine_items_doc_comment(kernel):
+    # Shift-Tab on an engine function: rust-analyzer's hover over the prelude's crate,
+    # with the item's signature and its doc comment (engine/src/numpy/mod.rs).
+    _, kc = kernel
+    assert run(kc, "let probe = 1;")[0]["status"] == "ok"
+    code = "let y = jnp::matmul_with(&a, &b, \"highest\");"
+    cursor = code.index("matmul_with") + 3
+    msg_id = kc.inspect(code, cursor)
+    reply = kc.get_shell_msg(timeout=CELL_TIMEOUT)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    content = reply["content"]
+    assert content["status"] == "ok" and content["found"] is True, content
+    text = content["data"]["text/plain"]
+    assert "fn matmul_with" in text, text
+    assert "jnp.matmul(a, b, precision=...)" in text, text
+    assert "unknown precision string" in text, text
+
+
 def test_requests_the_kernel_cannot_honour_are_answered(kernel):
     _, kc = kernel
     # an unknown request type: an error reply of the matching type

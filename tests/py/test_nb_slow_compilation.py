@@ -2,6 +2,7 @@
 jax_log_compiles lines (JAX's four lines, with our MLIR wording), the re-definition hint,
 %explain's verdict lines, the unrolled-loop warning with its line, equation counts, the
 fori_loop rewrite with the same result, and the IR dump files."""
+import math
 import re
 
 import pytest
@@ -65,3 +66,31 @@ def test_ir_dump_files(nb):
     assert names == [stem + ".eqn_count.txt", stem + ".jaxpr.txt", stem + "_compiled.mlir", stem + "_lowered.mlir"], names
     text = outputs_text(cell_with(nb, "let jaxpr_file"))
     assert text.startswith("{ lambda ; a:f32[8]. let") and "sin a" in text and "reduce_sum" in text, text
+
+
+def cell_by_id(nb, cell_id):
+    return next(c for c in nb.cells if c.get("id") == cell_id)
+
+
+def test_persistent_compilation_cache(nb):
+    # First definition: JAX's miss and write lines (jax 0.11.1 wording), one entry file
+    # named jit_<name>-<64 hex>-cache.
+    text = outputs_text(cell_by_id(nb, "slow-pc-2"))
+    m = re.search(r"PERSISTENT COMPILATION CACHE MISS for 'jit_cached' with key '(jit_cached-[0-9a-f]{64})'", text)
+    assert m, text
+    key = m.group(1)
+    assert f"Writing jit_cached to persistent compilation cache with key '{key}'" in text, text
+    want = sum(math.sin(i) * 2.0 + 1.0 for i in range(8))
+    first = re.search(r"Array\(([-\d.]+), dtype=float32\)", text)
+    assert first and abs(float(first.group(1)) - want) < 1e-4, text
+    files = outputs_text(cell_by_id(nb, "slow-pc-3")).split()
+    assert files == [key + "-cache"], files
+    # After the in-memory caches are dropped, the entry is loaded: a hit line, no compile.
+    text = outputs_text(cell_by_id(nb, "slow-pc-5"))
+    assert f"Persistent compilation cache hit for 'jit_cached' with key '{key}'" in text, text
+    assert "Finished MLIR compilation" not in text, text
+    second = re.search(r"Array\(([-\d.]+), dtype=float32\)", text)
+    assert second and second.group(1) == first.group(1), text
+    text = outputs_text(cell_by_id(nb, "slow-pc-6"))
+    verdicts = [l for l in text.splitlines() if "  trace: " in l]
+    assert "persistent: hit (jit_cached-" in verdicts[-1] and "no MLIR passes" in verdicts[-1], text

@@ -256,3 +256,32 @@ fn bad_threshold_values_are_value_errors() {
     let e = config::update_float("jax_persistent_cache_min_entry_size_bytes", 1.5).unwrap_err();
     assert_eq!(e.message, "jax_persistent_cache_min_entry_size_bytes takes a whole number of bytes, got 1.5");
 }
+
+/// The notebook's flow (201-10) in one process: a write, then, with the executable cache
+/// dropped (as in a new process), a redefined function is linked from the entry.
+#[test]
+fn in_process_hit_after_the_executable_cache_is_dropped() {
+    if std::env::var_os("JAXREPL_PC_DIR").is_some() {
+        return; // a child runs only `child_process`
+    }
+    let dir = temp_dir("in-process");
+    config::set_cache_dir(dir.to_str().unwrap()).unwrap();
+    config::update_float("jax_persistent_cache_min_compile_time_secs", 0.0).unwrap();
+    let xs = jnp::arange(8.0);
+    let cached = jit(|x: Array| (x.sin() * 2.0 + 1.0).sum()).with_name("cached");
+    let first = cached.call(&xs).unwrap();
+    assert!(cached.lower(&xs).unwrap().compile().unwrap().wait_optimized(std::time::Duration::from_secs(120)));
+    let files = entries(&dir);
+    assert!(files.len() == 1 && files[0].starts_with("jit_cached-"), "{files:?}");
+    let (hits, pipelines) = (jax::compile::persistent::hits(), jax::compile::context::pipeline_runs());
+    jax::transform::pipeline::clear_executable_cache();
+    let again = jit(|x: Array| (x.sin() * 2.0 + 1.0).sum()).with_name("cached");
+    let second = again.call(&xs).unwrap();
+    assert_eq!(jax::compile::persistent::hits(), hits + 1);
+    assert_eq!(jax::compile::context::pipeline_runs(), pipelines);
+    let want: f64 = (0..8).map(|i| (i as f64).sin() * 2.0 + 1.0).sum();
+    let (a, b) = (first.to_vec::<f64>().unwrap()[0], second.to_vec::<f64>().unwrap()[0]);
+    assert!((a - want).abs() < 1e-5 && (b - want).abs() < 1e-5, "{a} {b} {want}");
+    config::set_cache_dir("").unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
