@@ -97,6 +97,13 @@ fn cases() -> Vec<Case> {
         (vec![6, 4, 5, 40], vec![4, 40, 30], [&[3], &[1], &[1], &[0]]),
         // Batch of many small products (split over threads by the runtime).
         (vec![256, 16, 16], vec![256, 16, 16], [&[2], &[1], &[0], &[0]]),
+        // Batches split over threads with an odd count per thread, with transposed
+        // operands (A^T B and A B^T per batch), and a batch of products each threaded.
+        (vec![7, 65, 70], vec![7, 70, 63], [&[2], &[1], &[0], &[0]]),
+        (vec![9, 70, 66], vec![9, 71, 70], [&[1], &[2], &[0], &[0]]),
+        (vec![3, 200, 130], vec![3, 130, 190], [&[2], &[1], &[0], &[0]]),
+        // One product large enough to be threaded inside, odd sizes.
+        (vec![257, 300], vec![300, 129], [&[1], &[0], &[], &[]]),
         // Two contracting dims, in swapped order on the rhs; several free dims.
         (vec![6, 7, 8, 9], vec![9, 8, 10], [&[2, 3], &[1, 0], &[], &[]]),
         (vec![6, 7, 8, 9], vec![8, 9, 10], [&[3, 2], &[1, 0], &[], &[]]),

@@ -8,11 +8,14 @@
 //! The lowering (`lower::structured`, `Lowerer::dot`) views the lhs as `[b, m, k]` and the
 //! rhs as `[b, k, n]` with element strides (batch, row, column) it computes at compile time
 //! from the operands' static row-major shapes; the output is a fresh row-major `[b, m, n]`
-//! buffer (`memref.alloc`, written here in full). The products run on the `matrixmultiply`
-//! crate (BLIS-style packed micro-kernels; it detects AVX-512/AVX2/FMA at run time and,
-//! with its `threading` feature, splits one large product over the physical cores, or
-//! `MATMUL_NUM_THREADS` threads). Batches of products too small for it to thread are split
-//! over threads here instead.
+//! buffer (`memref.alloc`, written here in full). The products run on the `gemm` crate
+//! (faer's BLIS-style packed micro-kernels; it detects AVX-512/AVX2/FMA at run time, and
+//! splits one product of at least [`GEMM_THREADING_MIN`] multiply-adds over rayon's
+//! threads). It replaced `matrixmultiply` after measuring both on this machine (2 cores,
+//! AVX-512; `tests/src/bin/gemm_probe.rs rawcmp`): per CPU-second it gave 1.2–1.4× at
+//! 256–2048, 1.6× on `[16,512,512]` and 2.2× on `[256,64,64]` batches. Batches of products
+//! (several products, or products too small to thread) are instead split over threads
+//! here, each product on one thread: no synchronisation inside a product.
 //!
 //! Invariants: the operand descriptors are contiguous row-major (the lowering asks for
 //! identity-layout memrefs; a descriptor that is not is reported as an execution `Error`
@@ -21,39 +24,42 @@
 
 use std::ffi::c_void;
 
-/// Below this many multiply-adds per product matrixmultiply keeps to one thread
-/// (its heuristic: `(m·k + k·n) / 2^14` threads); batches of such products are split
-/// over threads here when the whole batch has at least [`BATCH_SPLIT_MIN`] multiply-adds.
+/// Batches with at least this many multiply-adds in all are split over threads (when they
+/// have at least two products and each product is small or there are many of them).
 const BATCH_SPLIT_MIN: usize = 1 << 20;
 
-/// The element types we multiply.
+/// The `gemm` crate threads one product from this many multiply-adds (its
+/// `DEFAULT_THREADING_THRESHOLD`, 48·48·256); smaller products run on one thread.
+const GEMM_THREADING_MIN: usize = 48 * 48 * 256;
+
+/// The element types we multiply (`gemm::gemm` is generic over them).
 trait Elem: Copy + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
-    /// `matrixmultiply::{s,d}gemm` with β = 0 (C need not be initialised).
-    ///
-    /// # Safety
-    /// As `matrixmultiply::sgemm`: the pointers and strides describe valid matrices.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const Self, rsa: isize, csa: isize, b: *const Self, rsb: isize, csb: isize, c: *mut Self, rsc: isize, csc: isize);
 }
 
 impl Elem for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
-    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const f32, rsa: isize, csa: isize, b: *const f32, rsb: isize, csb: isize, c: *mut f32, rsc: isize, csc: isize) {
-        // SAFETY: forwarded caller contract.
-        unsafe { matrixmultiply::sgemm(m, k, n, Self::ONE, a, rsa, csa, b, rsb, csb, Self::ZERO, c, rsc, csc) }
-    }
 }
 
 impl Elem for f64 {
     const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
-    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const f64, rsa: isize, csa: isize, b: *const f64, rsb: isize, csb: isize, c: *mut f64, rsc: isize, csc: isize) {
-        // SAFETY: forwarded caller contract.
-        unsafe { matrixmultiply::dgemm(m, k, n, Self::ONE, a, rsa, csa, b, rsb, csb, Self::ZERO, c, rsc, csc) }
-    }
+}
+
+/// `c = a·b` for an `m×k` matrix `a` with element strides (`rsa`, `csa`), a `k×n` matrix
+/// `b` likewise, into the row-major `m×n` matrix `c` (not read), on `threads` threads
+/// (1: this one).
+///
+/// # Safety
+/// The pointers and strides describe valid, non-overlapping matrices.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product<T: Elem>(m: usize, k: usize, n: usize, a: *const T, rsa: isize, csa: isize, b: *const T, rsb: isize, csb: isize, c: *mut T, threads: usize) {
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    // SAFETY: forwarded caller contract. `gemm` computes dst = α·dst + β·lhs·rhs and does
+    // not read dst when `read_dst` is false.
+    unsafe { gemm::gemm(m, n, k, c, 1, n as isize, false, a, csa, rsa, b, csb, rsb, T::ZERO, T::ONE, false, false, false, par) }
 }
 
 /// A raw pointer that may cross to the batch worker threads (each writes its own batches).
@@ -115,35 +121,20 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
         }
         let [abs, ars, acs, bbs, brs, bcs] = strides.map(|x| x as isize);
         let (a, b, c) = (Ptr(a), Ptr(b), Ptr(c));
+        let (split, inner) = threads(nb, m, n, k, super::parallel::num_threads());
         let one = move |p: usize| {
             // SAFETY: the lowering computed these strides from the operands' shapes, so
             // every index stays inside them; batch `p` of the output is written only here.
-            unsafe {
-                T::gemm(
-                    m,
-                    k,
-                    n,
-                    a.get().offset(p as isize * abs),
-                    ars,
-                    acs,
-                    b.get().offset(p as isize * bbs),
-                    brs,
-                    bcs,
-                    c.get().add(p * m * n),
-                    n as isize,
-                    1,
-                )
-            }
+            unsafe { product(m, k, n, a.get().offset(p as isize * abs), ars, acs, b.get().offset(p as isize * bbs), brs, bcs, c.get().add(p * m * n), inner) }
         };
-        let threads = batch_threads(nb, m, n, k);
-        if threads <= 1 {
+        if split <= 1 {
             (0..nb).for_each(one);
         } else {
-            let chunk = nb.div_ceil(threads);
-            std::thread::scope(|s| {
-                for t in 1..threads {
+            let chunk = nb.div_ceil(split);
+            rayon::scope(|s| {
+                for t in 1..split {
                     let one = &one;
-                    s.spawn(move || (t * chunk..((t + 1) * chunk).min(nb)).for_each(one));
+                    s.spawn(move |_| (t * chunk..((t + 1) * chunk).min(nb)).for_each(one));
                 }
                 (0..chunk.min(nb)).for_each(&one);
             });
@@ -157,15 +148,40 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
     }
 }
 
-/// How many threads to split a batch of `nb` products of `m×k·k×n` over: one when
-/// matrixmultiply threads each product itself or the batch is small, else up to the
-/// available parallelism.
-fn batch_threads(nb: usize, m: usize, n: usize, k: usize) -> usize {
-    if nb < 2 || m * k + k * n >= 2 << 14 || nb * m * n * k < BATCH_SPLIT_MIN {
-        return 1;
+/// How to run a batch of `nb` products of `m×k·k×n` on `cores` threads: (the number of
+/// parts the batch is split into, each running its products one after another; the
+/// threads each product uses). A batch is split, each product on one thread, when it has at
+/// least [`BATCH_SPLIT_MIN`] multiply-adds and either its products are too small for
+/// `gemm` to thread or there are at least two per thread; otherwise each product is
+/// threaded on its own.
+fn threads(nb: usize, m: usize, n: usize, k: usize, cores: usize) -> (usize, usize) {
+    let each = m.saturating_mul(n).saturating_mul(k);
+    if cores > 1 && nb >= 2 && nb.saturating_mul(each) >= BATCH_SPLIT_MIN && (each < GEMM_THREADING_MIN || nb >= 2 * cores) {
+        (cores.min(nb), 1)
+    } else {
+        (1, cores)
     }
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    cores.min(nb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads;
+
+    #[test]
+    fn batch_split_choice() {
+        // One large product: threaded inside.
+        assert_eq!(threads(1, 1024, 1024, 1024, 2), (1, 2));
+        // Many small products: the batch is split, each product on one thread.
+        assert_eq!(threads(256, 64, 64, 64, 2), (2, 1));
+        assert_eq!(threads(16, 512, 512, 512, 2), (2, 1));
+        // Two large products on two cores: each threaded.
+        assert_eq!(threads(2, 1024, 1024, 1024, 2), (1, 2));
+        // A small batch in all stays on one thread; so does everything on one core.
+        assert_eq!(threads(4, 16, 16, 16, 2), (1, 2));
+        assert_eq!(threads(256, 64, 64, 64, 1), (1, 1));
+        // More threads than products: one part per product.
+        assert_eq!(threads(3, 80, 80, 80, 8), (3, 1));
+    }
 }
 
 macro_rules! gemm_symbol {

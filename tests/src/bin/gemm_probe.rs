@@ -3,11 +3,13 @@
 //! grad of `/work/shared/bench/jax_bench.py`, and small square matmuls for choosing the
 //! GEMM-runtime threshold. Prints one line per case: GFLOP/s (or ms) min / median.
 //!
-//! Usage: `gemm_probe [raw|big|bmm|mlp|conv|small|ir|mlpir|mlpgrad]...` (default: all but ir; raw calls
-//! matrixmultiply directly, ir prints the optimized module of matmul 256). Run it once as is and once
+//! Usage: `gemm_probe [raw|rawcmp|big|bmm|mlp|conv|small|ir|mlpir|mlpgrad]...` (default: all but ir, mlpir, mlpgrad, rawcmp; raw calls
+//! matrixmultiply directly, rawcmp compares matrixmultiply with the `gemm` crate the runtime
+//! uses, on square products and batches, looped and split over two threads; ir prints the optimized module of matmul 256). Run it once as is and once
 //! with `JAXREPL_GEMM_MIN_FLOPS=18446744073709551615` (every product in MLIR loops) or
 //! `=0` (every float product through the GEMM runtime) to compare the two paths;
-//! `MATMUL_NUM_THREADS=1` keeps matrixmultiply on one thread.
+//! `MATMUL_NUM_THREADS=1` keeps matrixmultiply on one thread (raw, rawcmp), `JAXREPL_NUM_THREADS=1`
+//! the GEMM runtime.
 
 use jax::prelude::*;
 use std::time::Instant;
@@ -77,7 +79,7 @@ fn gflops(name: &str, flops: f64, (min, med): (f64, f64)) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let want = |s: &str| (args.is_empty() && s != "ir" && s != "mlpir" && s != "mlpgrad") || args.iter().any(|a| a == s);
+    let want = |s: &str| (args.is_empty() && !matches!(s, "ir" | "mlpir" | "mlpgrad" | "rawcmp")) || args.iter().any(|a| a == s);
     let mm = jit(|(a, b): (Array, Array)| a.matmul(&b));
     if want("ir") {
         let (a, b) = (normal(&[256, 256], 1, 1.0), normal(&[256, 256], 2, 1.0));
@@ -93,6 +95,9 @@ fn main() {
             });
             gflops(&format!("raw matrixmultiply sgemm {n}"), 2.0 * (n * n * n) as f64, t);
         }
+    }
+    if want("rawcmp") {
+        rawcmp();
     }
     if want("small") {
         for n in [8, 16, 24, 32, 48, 64, 96, 128] {
@@ -171,5 +176,69 @@ fn main() {
         // grad: forward plus two products per layer (the first layer's dx is not needed,
         // but JAX's count is the same 3x forward rule of thumb).
         gflops("MLP grad (3x512, batch 128)", 3.0 * flops, t);
+    }
+}
+
+/// One f32 product `c = a·b` (row-major, `m×k · k×n`) by `lib`: "mm" matrixmultiply
+/// (threaded), "mm1" matrixmultiply on one thread (MATMUL_NUM_THREADS is read once, so this
+/// is the same as "mm" unless set), "gemm" the gemm crate on rayon, "gemm1" gemm on one thread.
+fn raw_product(lib: &str, m: usize, k: usize, n: usize, a: *const f32, b: *const f32, c: *mut f32) {
+    unsafe {
+        match lib {
+            "gemm" | "gemm1" => {
+                let par = if lib == "gemm" { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+                gemm::gemm(m, n, k, c, 1, n as isize, false, a, 1, k as isize, b, 1, n as isize, 0.0f32, 1.0f32, false, false, false, par)
+            }
+            _ => matrixmultiply::sgemm(m, k, n, 1.0, a, k as isize, 1, b, n as isize, 1, 0.0, c, n as isize, 1),
+        }
+    }
+}
+
+/// matrixmultiply against the gemm crate on raw buffers: square products and the two batch
+/// shapes, each batch run as a loop of (threaded) products and as two threads with one
+/// single-threaded product each.
+fn rawcmp() {
+    #[derive(Clone, Copy)]
+    struct P(*mut f32);
+    unsafe impl Send for P {}
+    unsafe impl Sync for P {}
+    for n in [64, 128, 256, 512, 1024, 2048] {
+        let (a, b) = (vec![0.5f32; n * n], vec![0.25f32; n * n]);
+        let mut c = vec![0f32; n * n];
+        for lib in ["mm", "gemm", "gemm1"] {
+            let t = time(5, if n >= 1024 { 1.0 } else { 0.4 }, || raw_product(lib, n, n, n, a.as_ptr(), b.as_ptr(), c.as_mut_ptr()));
+            gflops(&format!("raw {lib} {n}"), 2.0 * (n * n * n) as f64, t);
+        }
+    }
+    for (nb, n) in [(16, 512), (256, 64), (64, 128), (1024, 32)] {
+        let (a, b) = (vec![0.5f32; nb * n * n], vec![0.25f32; nb * n * n]);
+        let mut c = vec![0f32; nb * n * n];
+        let sz = n * n;
+        for lib in ["mm", "gemm", "gemm1"] {
+            let t = time(5, 0.6, || {
+                for p in 0..nb {
+                    raw_product(lib, n, n, n, a[p * sz..].as_ptr(), b[p * sz..].as_ptr(), c[p * sz..].as_mut_ptr());
+                }
+            });
+            gflops(&format!("raw loop {lib} [{nb},{n},{n}]"), 2.0 * (nb * n * n * n) as f64, t);
+        }
+        for lib in ["mm", "gemm1"] {
+            let cp = P(c.as_mut_ptr());
+            let (ap, bp) = (P(a.as_ptr() as *mut f32), P(b.as_ptr() as *mut f32));
+            let t = time(5, 0.6, || {
+                let half = nb / 2;
+                std::thread::scope(|s| {
+                    let w = move |r: std::ops::Range<usize>| {
+                        let (ap, bp, cp) = (ap, bp, cp);
+                        for p in r {
+                            unsafe { raw_product(lib, n, n, n, ap.0.add(p * sz), bp.0.add(p * sz), cp.0.add(p * sz)) }
+                        }
+                    };
+                    s.spawn(move || w(half..nb));
+                    w(0..half);
+                });
+            });
+            gflops(&format!("raw 2thr {lib} [{nb},{n},{n}]"), 2.0 * (nb * n * n * n) as f64, t);
+        }
     }
 }
