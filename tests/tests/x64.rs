@@ -39,3 +39,24 @@ fn explicit_64_bit_dtypes_are_kept_without_warning_under_x64() {
     let w: Vec<String> = jax::transform::jit::warnings_issued()[before..].iter().filter(|w| w.contains("truncated")).cloned().collect();
     assert!(w.is_empty(), "{w:?}");
 }
+
+#[test]
+fn f64_row_max_and_min_keep_nan_and_signed_zero() {
+    // f64 row reductions of max/min use llvm.intr.maximum/minimum (lower::structured):
+    // NaN propagates, max(-0, +0) = +0, min = -0; rows of odd length.
+    config::update("jax_enable_x64", true).unwrap();
+    let n = 101;
+    let mut v: Vec<f64> = (0..3 * n).map(|i| ((i * 37 % 101) as f64 - 50.0) * 1.25).collect();
+    v[n + 40] = f64::NAN;
+    v[2 * n..3 * n].fill(-0.0);
+    v[2 * n + 77] = 0.0;
+    let x = Array::from_vec(v.clone(), &[3, n]).unwrap();
+    assert_eq!(x.dtype(), DType::F64);
+    let f = jit(|x: Array| (jnp::max(&x, Some(&[1])).unwrap(), jnp::min(&x, Some(&[1])).unwrap()));
+    let (mx, mn) = f.call(&x).unwrap();
+    let (mx, mn) = (mx.to_vec::<f64>().unwrap(), mn.to_vec::<f64>().unwrap());
+    assert_eq!((mx[0], mn[0]), (50.0 * 1.25, -50.0 * 1.25));
+    assert!(mx[1].is_nan() && mn[1].is_nan(), "{mx:?} {mn:?}");
+    assert!(mx[2] == 0.0 && mx[2].is_sign_positive(), "{mx:?}");
+    assert!(mn[2] == 0.0 && mn[2].is_sign_negative(), "{mn:?}");
+}

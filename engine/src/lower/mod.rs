@@ -26,6 +26,7 @@ mod conv;
 mod emit;
 mod indexing;
 mod precision;
+mod recompute;
 mod scalar;
 mod shape_ops;
 mod sort;
@@ -283,7 +284,10 @@ impl Lowerer {
             env.insert(v.id, a);
         }
         let folded = fold_dot_transposes(j);
-        for eq in folded.as_deref().unwrap_or(&j.eqns) {
+        let eqns = folded.as_deref().unwrap_or(&j.eqns);
+        let next_id = j.invars.iter().chain(&j.constvars).chain(eqns.iter().flat_map(|e| &e.outputs)).map(|v| v.id + 1).max().unwrap_or(0);
+        let recomputed = recompute::recompute_producers(eqns, &j.outvars, next_id);
+        for eq in recomputed.as_deref().unwrap_or(eqns) {
             self.eqn(eq, &mut env).map_err(|e| e.at(eq.source.clone()))?;
         }
         j.outvars.iter().map(|a| self.atom(a, &env)).collect()

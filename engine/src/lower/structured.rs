@@ -267,7 +267,17 @@ impl Lowerer {
         self.e.push();
         // Sums may reassociate (as XLA's do), which lets LLVM vectorize them.
         let fm = if op == "arith.addf" { " fastmath<reassoc>" } else { "" };
-        let s = self.e.op(&format!("{op} {i}, {o}{fm} : {}", c.mlir()));
+        let s = if matches!(c, DType::F32 | DType::F64) && matches!(op, "arith.maximumf" | "arith.minimumf") {
+            // `llvm.intr.maximum`/`minimum` have `arith.maximumf`'s semantics (NaN
+            // propagates, -0 < +0), but `arith-expand` leaves them alone: expanded into
+            // compares and selects, LLVM could not vectorise the reduction loop; as the
+            // intrinsic it is an `fmaximum` reduction it vectorises.
+            let f = if op == "arith.maximumf" { "maximum" } else { "minimum" };
+            let t = c.mlir();
+            self.e.op(&format!("llvm.intr.{f}({i}, {o}) : ({t}, {t}) -> {t}"))
+        } else {
+            self.e.op(&format!("{op} {i}, {o}{fm} : {}", c.mlir()))
+        };
         self.e.line(&format!("linalg.yield {s} : {}", c.mlir()));
         self.e.pop();
         self.e.pop();
