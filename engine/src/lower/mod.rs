@@ -283,7 +283,13 @@ impl Lowerer {
             env.insert(v.id, a);
         }
         let folded = fold_dot_transposes(j);
-        for eq in folded.as_deref().unwrap_or(&j.eqns) {
+        let eqns = folded.as_deref().unwrap_or(&j.eqns);
+        // A `pure_callback` whose results are unused is dead code (JAX's DCE): not called.
+        let dead = crate::transform::callbacks::dead_pure_callbacks(eqns, &j.outvars);
+        for (i, eq) in eqns.iter().enumerate() {
+            if dead.contains(&i) {
+                continue;
+            }
             self.eqn(eq, &mut env).map_err(|e| e.at(eq.source.clone()))?;
         }
         j.outvars.iter().map(|a| self.atom(a, &env)).collect()
@@ -362,6 +368,9 @@ impl Lowerer {
             Primitive::DebugCallback { callback, .. } => {
                 self.callback(*callback, &ins)?;
                 vec![]
+            }
+            Primitive::PureCallback { callback, result_avals, .. } | Primitive::IoCallback { callback, result_avals, .. } => {
+                self.host_callback(*callback, &ins, result_avals)?
             }
             Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
             // Identity at run time; it only matters to differentiation.

@@ -69,6 +69,7 @@ pub fn jvp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], tangents: &[Opt
                 Atom::Lit(_) => Ok(None),
             })
             .collect::<Result<_>>()?;
+        super::callbacks::jvp_check(&e.primitive, &ts)?;
         if let Some((outs, touts)) = custom_jvp_eqn(&e.primitive, &ins, &ts)? {
             for ((v, o), dt) in e.outputs.iter().zip(outs).zip(touts) {
                 p.set(v, o);
@@ -186,7 +187,17 @@ pub fn vjp_jaxpr_known(
             accum(&mut ct, v.id, fit(c.clone(), &v.aval)?)?;
         }
     }
+    // Host callbacks are not differentiable: an error when a cotangent reaches one whose
+    // operands depend on the primals (JAX raises it from the JVP rule).
+    let deps = if j.eqns.iter().any(|e| super::callbacks::ad_error(&e.primitive).is_some()) { super::callbacks::primal_deps(j) } else { Default::default() };
     for ((e, (ins, outs)), extra) in j.eqns.iter().zip(&saved).zip(&extras).rev() {
+        if let Some(err) = super::callbacks::ad_error(&e.primitive) {
+            let reached = e.outputs.iter().fold(false, |r, o| ct.remove(&o.id).is_some() || r);
+            if reached && e.inputs.iter().any(|a| matches!(a, Atom::Var(v) if deps.contains(&v.id))) {
+                return Err(err);
+            }
+            continue;
+        }
         let in_cts = if e.primitive.call_body().is_some() {
             let cts: Vec<Option<Array>> = e.outputs.iter().map(|o| ct.remove(&o.id)).collect();
             if cts.iter().all(|c| c.is_none()) {
