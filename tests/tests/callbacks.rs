@@ -230,6 +230,12 @@ fn errors_inside_callbacks_name_the_callback() {
     let f = jit(|x: Array| pure_callback(raise_if_negative, &[ShapeDtypeStruct::like(&x)], &[x], None).map(|mut v| v.remove(0)));
     let e = f.call(&Array::from_slice(&[0.0f32])).unwrap_err();
     assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is 0");
+    // Under vmap (sequential: one call per element) the first failing element's error.
+    let g = |x: Array| pure_callback(raise_if_negative, &[ShapeDtypeStruct::like(&x)], &[x], Some("sequential")).map(|mut v| v.remove(0));
+    let e = vmap(g)(Array::from_slice(&[1.0f32, 0.0, 2.0])).unwrap_err();
+    assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is 0");
+    let e = jit(vmap(g)).call(&Array::from_slice(&[1.0f32, -2.0])).unwrap_err();
+    assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is -2");
     // The session (and the jitted function) keep working after the error.
     close(&f.call(&Array::from_slice(&[3.0f32])).unwrap(), &[3.0]);
     // Eager: the same message.

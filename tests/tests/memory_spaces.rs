@@ -73,8 +73,10 @@ fn device_put_between_kinds_moves_the_accounting() {
     assert_eq!(format!("{:?}", on_host.sharding().unwrap()), format!("{s_host:?}"));
     assert_eq!(on_host.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
     assert_eq!(host_mem.bytes_in_use().0, host0 + 4096);
-    // Offloading: once the device copy is dropped, the device holds nothing of it.
+    // Offloading: once the device copy is dropped, the device holds nothing of it (the
+    // barrier makes sure the copy job no longer holds it either).
     drop(on_dev);
+    jax::effects_barrier().unwrap();
     assert_eq!(dev(3).memory_stats().bytes_in_use, dev0);
     // And back: device memory again, host memory freed when the host copy goes.
     let back = device_put(&on_host, s_dev.clone()).unwrap();
@@ -82,8 +84,10 @@ fn device_put_between_kinds_moves_the_accounting() {
     assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
     assert_eq!(dev(3).memory_stats().bytes_in_use, dev0 + 4096);
     drop(on_host);
+    jax::effects_barrier().unwrap();
     assert_eq!(host_mem.bytes_in_use().0, host0);
     drop(back);
+    jax::effects_barrier().unwrap();
     assert_eq!(dev(3).memory_stats().bytes_in_use, dev0);
 }
 
@@ -121,6 +125,7 @@ fn sharded_arrays_in_host_memory() {
     assert_eq!(shards[5].data.to_vec::<f32>().unwrap(), (40..48).map(|i| i as f32).collect::<Vec<_>>());
     drop(shards);
     drop(x);
+    jax::effects_barrier().unwrap();
     for i in 0..8 {
         assert_eq!(dev(i).memory("unpinned_host").unwrap().bytes_in_use().0, before[i], "device {i}");
     }

@@ -115,6 +115,8 @@ fn run_host(e: &Entry, args: &[Array]) -> Result<Vec<Array>> {
     let failed = |msg: String| Error::runtime(format!("{} `{}` failed: {msg}", e.what, e.name));
     let outs = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (e.f)(args))) {
         Ok(Ok(outs)) => outs,
+        // Already about this callback (a batched callback calling the user's per element).
+        Ok(Err(err)) if err.message.starts_with(&format!("{} `{}` failed: ", e.what, e.name)) => return Err(err),
         Ok(Err(err)) => return Err(failed(err.to_string())),
         Err(p) => return Err(failed(format!("the callback panicked: {}", panic_text(&*p)))),
     };
@@ -176,6 +178,10 @@ fn call_or_stage(e: Entry, prim: impl FnOnce(CallbackId, String, Vec<ShapedArray
 /// axis, or broadcast). Errors: an unknown `vmap_method` (`ValueError`); under `vmap`
 /// without one (`NotImplementedError`); under `grad`/`jvp` (`ValueError`: use
 /// `custom_jvp`); the callback's failure or wrong results (`RuntimeError` naming it).
+///
+/// The host function runs on the thread executing the compiled code (a device worker for
+/// functions with effects): it may read its arguments and use eager array operations, but
+/// must not wait on work queued behind it (a jitted function with effects would).
 #[track_caller]
 pub fn pure_callback<F>(callback: F, result_shape_dtypes: &[ShapeDtypeStruct], args: &[Array], vmap_method: Option<&str>) -> Result<Vec<Array>>
 where
