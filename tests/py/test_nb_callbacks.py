@@ -82,7 +82,7 @@ def test_vmap_methods(nb):
 def test_error_in_callback_names_it(nb):
     assert "[1, 2, 3]" in outputs_text(cell_with(nb, "A loop never calls")) or \
         "[0, 1, 2, 3]" in outputs_text(cell_with(nb, "A loop never calls")), outputs_text(cell_with(nb, "A loop never calls"))
-    errs = errors(cell_with(nb, "vmap(checked)(jnp::arange(4))?"))
+    errs = errors(cell_with(nb, "vmap(checked)(jnp::arange(4))"))
     assert errs == [("RuntimeError", "pure_callback `raise_if_negative` failed: ValueError: value of x is 0")], errs
 
 

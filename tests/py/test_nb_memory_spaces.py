@@ -51,7 +51,7 @@ def test_sharded_host_array(nb):
 
 
 def test_offloading_params_moves_the_bytes(nb):
-    text = outputs_text(cell_with(nb, "let params = device_put"))
+    text = outputs_text(cell_with(nb, "let params = {"))
     assert "on device:     device +1048576 bytes, pinned_host +0 bytes" in text, text
     assert "offloaded:     device +0 bytes, pinned_host +1048576 bytes" in text, text
 
