@@ -28,6 +28,8 @@ pub enum ErrorKind {
     FloatingPoint,
     /// A tracer escaped its trace (JAX: `UnexpectedTracerError`; leak checks say `Exception`).
     UnexpectedTracer,
+    /// A feature that exists in JAX's model but not for these arguments (JAX: `NotImplementedError`).
+    NotImplemented,
 }
 
 /// An engine error: a kind, a message, and where in the user's code it arose.
@@ -77,6 +79,7 @@ impl Error {
             ErrorKind::Interrupted => "KeyboardInterrupt",
             ErrorKind::FloatingPoint => "FloatingPointError",
             ErrorKind::UnexpectedTracer => "UnexpectedTracerError",
+            ErrorKind::NotImplemented => "NotImplementedError",
         }
     }
 }

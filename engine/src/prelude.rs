@@ -30,6 +30,8 @@ pub use crate::transform::{
     vmap_axes, Compiled,
     Jitted, Linearized, Lowered, Stage, Traced,
 };
+/// Host callbacks with results (`jax.pure_callback`, `jax.experimental.io_callback`).
+pub use crate::transform::callbacks::{io_callback, pure_callback};
 pub use ndarray;
 /// `half::bf16`/`half::f16`: host values of bfloat16/float16 arrays
 /// (`Array::from_vec(vec![bf16::from_f32(1.0)], &[1])`, `x.to_vec::<bf16>()`).

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::ir::ShapedArray;
 use crate::runtime::dispatch::{self, DeviceArray, Placement};
 use crate::runtime::Buffer;
+pub use crate::runtime::memory_kind::{Memory, MemoryKind};
 use crate::trace::array::Repr;
 use crate::trace::Array;
 use std::fmt;
@@ -101,8 +102,23 @@ impl Device {
             let (in_use, peak) = dispatch::device_bytes::stats(self.id);
             s.bytes_in_use = in_use;
             s.peak_bytes_in_use = peak;
+        } else {
+            // Arrays in host memory kinds are not in the device's memory.
+            s.bytes_in_use = s.bytes_in_use.saturating_sub(crate::runtime::memory_kind::host_bytes(self.id));
         }
         s
+    }
+    /// `device.addressable_memories()`: `[CPU_DEVICE_0, PINNED_HOST_1, UNPINNED_HOST_2]`.
+    pub fn addressable_memories(&self) -> Vec<Memory> {
+        MemoryKind::ALL.into_iter().map(|kind| Memory { device: self.id, kind }).collect()
+    }
+    /// `device.default_memory()`: its `device` memory.
+    pub fn default_memory(&self) -> Memory {
+        Memory { device: self.id, kind: MemoryKind::Device }
+    }
+    /// `device.memory(kind)`. Errors: JAX's `ValueError` for an unknown kind.
+    pub fn memory(&self, kind: &str) -> Result<Memory> {
+        Ok(Memory { device: self.id, kind: MemoryKind::parse(kind)? })
     }
 }
 
@@ -421,6 +437,8 @@ pub struct NamedSharding {
     pub mesh: Mesh,
     /// Which mesh axes split which dimension.
     pub spec: PartitionSpec,
+    /// The memory the array lives in (`device` by default; see `with_memory_kind`).
+    pub memory_kind: MemoryKind,
 }
 
 impl NamedSharding {
@@ -443,7 +461,7 @@ impl NamedSharding {
                 seen.push(a);
             }
         }
-        Ok(NamedSharding { mesh: mesh.clone(), spec })
+        Ok(NamedSharding { mesh: mesh.clone(), spec, memory_kind: MemoryKind::Device })
     }
 
     /// How many pieces dimension `d` is split into.
@@ -524,7 +542,26 @@ impl NamedSharding {
 impl fmt::Debug for NamedSharding {
     /// `NamedSharding(mesh=Mesh('x': 4, axis_types=(Explicit,)), spec=P('x',), memory_kind=device)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "NamedSharding(mesh={}, spec={:?}, memory_kind=device)", self.mesh, self.spec)
+        write!(f, "NamedSharding(mesh={}, spec={:?}, memory_kind={})", self.mesh, self.spec, self.memory_kind)
+    }
+}
+
+impl NamedSharding {
+    /// `s.with_memory_kind("pinned_host")`: the same layout in another memory
+    /// (`device`, `pinned_host`, `unpinned_host`). Errors: JAX's `ValueError` for others.
+    pub fn with_memory_kind(&self, kind: &str) -> Result<NamedSharding> {
+        Ok(NamedSharding { memory_kind: MemoryKind::parse(kind)?, ..self.clone() })
+    }
+}
+
+impl SingleDeviceSharding {
+    /// `SingleDeviceSharding(device)` in `device` memory.
+    pub fn new(device: Device) -> SingleDeviceSharding {
+        SingleDeviceSharding { device, memory_kind: MemoryKind::Device }
+    }
+    /// The same device, memory kind `kind`. Errors: JAX's `ValueError` for an unknown kind.
+    pub fn with_memory_kind(&self, kind: &str) -> Result<SingleDeviceSharding> {
+        Ok(SingleDeviceSharding { memory_kind: MemoryKind::parse(kind)?, ..*self })
     }
 }
 
@@ -533,12 +570,14 @@ impl fmt::Debug for NamedSharding {
 pub struct SingleDeviceSharding {
     /// The device holding the array.
     pub device: Device,
+    /// The memory the array lives in (`device` by default; see `with_memory_kind`).
+    pub memory_kind: MemoryKind,
 }
 
 impl fmt::Debug for SingleDeviceSharding {
     /// `SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=device)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SingleDeviceSharding(device={:?}, memory_kind=device)", self.device)
+        write!(f, "SingleDeviceSharding(device={:?}, memory_kind={})", self.device, self.memory_kind)
     }
 }
 
@@ -576,6 +615,20 @@ impl Sharding {
             Sharding::Named(n) => Some(&n.spec),
             Sharding::Single(_) => None,
         }
+    }
+    /// `sharding.memory_kind`: the memory the array lives in.
+    pub fn memory_kind(&self) -> MemoryKind {
+        match self {
+            Sharding::Named(n) => n.memory_kind,
+            Sharding::Single(s) => s.memory_kind,
+        }
+    }
+    /// `sharding.with_memory_kind(kind)`. Errors: JAX's `ValueError` for an unknown kind.
+    pub fn with_memory_kind(&self, kind: &str) -> Result<Sharding> {
+        Ok(match self {
+            Sharding::Named(n) => Sharding::Named(n.with_memory_kind(kind)?),
+            Sharding::Single(s) => Sharding::Single(s.with_memory_kind(kind)?),
+        })
     }
 }
 
@@ -758,7 +811,7 @@ impl From<PartitionSpec> for PutTarget {
 /// A mesh: replicated over all its devices (`NamedSharding(mesh, P())`).
 impl From<&Mesh> for PutTarget {
     fn from(m: &Mesh) -> Self {
-        PutTarget::Sharding(Sharding::Named(NamedSharding { mesh: m.clone(), spec: PartitionSpec::default() }))
+        PutTarget::Sharding(Sharding::Named(NamedSharding { mesh: m.clone(), spec: PartitionSpec::default(), memory_kind: MemoryKind::Device }))
     }
 }
 
@@ -775,7 +828,7 @@ pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
     };
     device_count();
     let sharding = match target.into() {
-        PutTarget::Device(d) => Sharding::Single(SingleDeviceSharding { device: Device::new(d.id as usize)? }),
+        PutTarget::Device(d) => Sharding::Single(SingleDeviceSharding { device: Device::new(d.id as usize)?, memory_kind: MemoryKind::Device }),
         PutTarget::Sharding(s) => s,
         PutTarget::Spec(spec) => {
             let mesh = get_mesh().ok_or_else(|| {
@@ -786,16 +839,17 @@ pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
             Sharding::Named(NamedSharding::new(&mesh, spec)?)
         }
     };
+    let kind = sharding.memory_kind();
     match sharding {
-        Sharding::Single(s) => Ok(Array::from_device(put_on(&src, s.device.id, true))),
+        Sharding::Single(s) => Ok(Array::from_device(put_on(&src, s.device.id, true, kind))),
         Sharding::Named(ns) => {
-            let ns = NamedSharding::new(&ns.mesh, ns.spec.clone())?;
+            let ns = NamedSharding { memory_kind: kind, ..NamedSharding::new(&ns.mesh, ns.spec.clone())? };
             let aval = src.aval.clone();
             let blocks = ns.blocks(&aval.shape)?;
             if ns.mesh.size() == 1 {
                 // One device: a plain committed array that still reports its NamedSharding.
                 let d = blocks[0].0;
-                let one = put_on(&src, d, true);
+                let one = put_on(&src, d, true, kind);
                 let sh = Sharded { sharding: ns, shards: OnceLock::new(), gather_on_wait: false };
                 let _ = sh.shards.set(vec![ShardBuf { device: d, index: blocks[0].1.clone(), data: one.clone() }]);
                 return Ok(Array::from_device(wrap_sharded(&one, aval, sh)));
@@ -804,7 +858,7 @@ pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
                 .into_iter()
                 .map(|(dev, index)| {
                     let bshape: Vec<usize> = index.iter().map(|i| i.1).collect();
-                    let out = DeviceArray::pending_on(ShapedArray::new(&bshape, aval.dtype), Placement { device: dev, committed: true });
+                    let out = DeviceArray::pending_in(ShapedArray::new(&bshape, aval.dtype), Placement { device: dev, committed: true }, kind);
                     let s2 = src.clone();
                     let idx = index.clone();
                     dispatch::submit_on(dev, vec![out.clone()], move || {
@@ -823,8 +877,8 @@ pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
 }
 
 /// A copy of `src`'s value on device `dev` (a job on that device's worker).
-fn put_on(src: &Arc<DeviceArray>, dev: u32, committed: bool) -> Arc<DeviceArray> {
-    let out = DeviceArray::pending_on(src.aval.clone(), Placement { device: dev, committed });
+fn put_on(src: &Arc<DeviceArray>, dev: u32, committed: bool, kind: MemoryKind) -> Arc<DeviceArray> {
+    let out = DeviceArray::pending_in(src.aval.clone(), Placement { device: dev, committed }, kind);
     let s2 = src.clone();
     dispatch::submit_on(dev, vec![out.clone()], move || Ok(vec![(*s2.wait()?).clone()]));
     out
@@ -856,7 +910,7 @@ impl OutPlace {
             },
             Some((ns, shape)) => {
                 let spec = if *shape == aval.shape { ns.spec.clone() } else { PartitionSpec::default() };
-                let sh = Sharded { sharding: NamedSharding { mesh: ns.mesh.clone(), spec }, shards: OnceLock::new(), gather_on_wait: false };
+                let sh = Sharded { sharding: NamedSharding { mesh: ns.mesh.clone(), spec, memory_kind: MemoryKind::Device }, shards: OnceLock::new(), gather_on_wait: false };
                 DeviceArray::sharded(aval, self.placement, sh, whole)
             }
         }
@@ -1029,7 +1083,7 @@ impl Array {
         match &self.0 {
             Repr::Device(d) => Ok(match d.sharded_info() {
                 Some(s) => Sharding::Named(s.sharding.clone()),
-                None => Sharding::Single(SingleDeviceSharding { device: Device { id: d.placement.device } }),
+                None => Sharding::Single(SingleDeviceSharding { device: Device { id: d.placement.device }, memory_kind: d.memory_kind }),
             }),
             Repr::Tracer(_) => Err(Error::type_error("a traced array has no concrete sharding; use typeof_")),
         }

@@ -3,7 +3,9 @@
 //! unranked memref as lowered by MLIR: rank plus a pointer to the ranked descriptor
 //! `[alloc, aligned, offset, sizes.., strides..]`) copies one operand into a fresh
 //! `Buffer`; `jaxrepl_callback_fire(id, nargs)` hands the collected operands to
-//! `crate::runtime::callbacks::fire`.
+//! `crate::runtime::callbacks::fire`. Callbacks with results (`pure_callback`,
+//! `io_callback`) leave them with `set_results`; compiled code then copies result `index`
+//! into a memref it allocated with `jaxrepl_callback_result_<dtype>(id, index, rank, desc)`.
 //!
 //! Invariants: operands are collected per thread (compiled code runs on the calling
 //! thread, so concurrent executions never mix their operands); nothing unwinds into
@@ -22,6 +24,8 @@ pub(crate) type Captured = Vec<(CallbackId, Vec<Buffer>)>;
 thread_local! {
     /// Operands collected for the callback about to fire: (id, index, value).
     static PENDING: RefCell<Vec<(i64, i64, Buffer)>> = const { RefCell::new(Vec::new()) };
+    /// Results of the callback that fired last on this thread: (id, values).
+    static RESULTS: RefCell<Option<(i64, Vec<Buffer>)>> = const { RefCell::new(None) };
     /// The first failure inside a callback during the current execution.
     static FAILURE: RefCell<Option<Error>> = const { RefCell::new(None) };
     /// Test hook: when set, fired callbacks are recorded here instead of run.
@@ -39,6 +43,22 @@ pub(crate) fn fail(msg: String) {
     });
 }
 
+/// Records the results of callback `id` for the result symbols that follow its firing.
+pub(crate) fn set_results(id: CallbackId, values: Vec<Buffer>) {
+    RESULTS.with(|r| *r.borrow_mut() = Some((id as i64, values)));
+}
+
+/// Runs `f` (a host function that may itself run compiled code on this thread, whose
+/// `begin`/`finish` reset the per-thread state) keeping this execution's failure.
+pub(crate) fn preserving_failure<R>(f: impl FnOnce() -> R) -> R {
+    let saved = FAILURE.with(|x| x.borrow_mut().take());
+    let r = f();
+    if let Some(e) = saved {
+        FAILURE.with(|x| *x.borrow_mut() = Some(e));
+    }
+    r
+}
+
 /// Clears per-thread state before an execution.
 pub(crate) fn begin() {
     PENDING.with(|p| p.borrow_mut().clear());
@@ -48,6 +68,7 @@ pub(crate) fn begin() {
 /// The failure raised by a callback during the execution that just ran, if any.
 pub(crate) fn finish() -> Result<(), Error> {
     PENDING.with(|p| p.borrow_mut().clear());
+    RESULTS.with(|r| *r.borrow_mut() = None);
     FAILURE.with(|f| f.borrow_mut().take()).map_or(Ok(()), Err)
 }
 
@@ -92,6 +113,63 @@ unsafe fn read_memref(dtype: DType, rank: i64, desc: *const i64) -> Buffer {
     buf
 }
 
+/// Copies `src` into the memref (`rank`, `desc`) of element type `dtype`, through its
+/// strides. A size or dtype mismatch copies nothing (the caller checked the values).
+///
+/// # Safety
+/// `desc` must point to a ranked memref descriptor of `rank` dims whose data is writable.
+unsafe fn write_memref(dtype: DType, rank: i64, desc: *const i64, src: &Buffer) {
+    let r = rank.max(0) as usize;
+    // SAFETY: the descriptor has 3 + 2*rank words (caller's contract).
+    let words = unsafe { std::slice::from_raw_parts(desc, 3 + 2 * r) };
+    let base = words[1] as *mut u8;
+    let offset = words[2] as isize;
+    let sizes: Vec<usize> = words[3..3 + r].iter().map(|&s| s.max(0) as usize).collect();
+    let strides = &words[3 + r..3 + 2 * r];
+    if src.shape() != sizes.as_slice() || src.aval().dtype != dtype {
+        return;
+    }
+    let n: usize = sizes.iter().product();
+    let es = dtype.size_bytes();
+    let bytes = src.bytes();
+    let mut idx = vec![0usize; r];
+    for k in 0..n {
+        let mut lin = offset;
+        for d in 0..r {
+            lin += idx[d] as isize * strides[d] as isize;
+        }
+        // SAFETY: (offset + sum idx*stride) is inside the memref's data.
+        let dst = unsafe { std::slice::from_raw_parts_mut(base.offset(lin * es as isize), es) };
+        dst.copy_from_slice(&bytes[k * es..(k + 1) * es]);
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < sizes[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+fn result(dtype: DType, id: i64, index: i64, rank: i64, desc: *const i64) {
+    let r = std::panic::catch_unwind(|| {
+        RESULTS.with(|res| {
+            let res = res.borrow();
+            if let Some((rid, vals)) = res.as_ref() {
+                if *rid == id {
+                    if let Some(b) = vals.get(index.max(0) as usize) {
+                        // SAFETY: compiled code passes a live, writable descriptor of this rank.
+                        unsafe { write_memref(dtype, rank, desc, b) };
+                    }
+                }
+            }
+        })
+    });
+    if r.is_err() {
+        fail(format!("writing result {index} of host callback {id} panicked"));
+    }
+}
+
 fn collect(dtype: DType, id: i64, index: i64, rank: i64, desc: *const i64) {
     let r = std::panic::catch_unwind(|| {
         // SAFETY: compiled code passes a live descriptor of this rank and dtype.
@@ -132,11 +210,18 @@ extern "C" fn fire(id: i64, nargs: i64) {
 macro_rules! arg_symbols {
     ($($f:ident => $d:expr),* $(,)?) => {
         $(extern "C" fn $f(id: i64, index: i64, rank: i64, desc: *const i64) { collect($d, id, index, rank, desc) })*
+        mod results {
+            use super::*;
+            $(pub(super) extern "C" fn $f(id: i64, index: i64, rank: i64, desc: *const i64) { result($d, id, index, rank, desc) })*
+        }
         /// Every runtime symbol, by the name compiled code calls, for `register_symbol`.
         pub(crate) fn symbols() -> Vec<(String, *mut c_void)> {
             let mut v: Vec<(String, *mut c_void)> = vec![
                 $((format!("jaxrepl_callback_arg_{}", $d.short_name()), $f as *const () as *mut c_void),)*
             ];
+            v.extend([
+                $((format!("jaxrepl_callback_result_{}", $d.short_name()), results::$f as *const () as *mut c_void),)*
+            ]);
             v.push(("jaxrepl_callback_fire".into(), fire as *const () as *mut c_void));
             v
         }

@@ -53,6 +53,42 @@ pub struct SourceInfo {
 /// Identifier of a host callback registered with the runtime (`debug::print`, ...).
 pub type CallbackId = u64;
 
+/// How `vmap` batches a `pure_callback` (JAX's `vmap_method`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VmapMethod {
+    /// one call per batch element (a loop on the host)
+    Sequential,
+    /// as `Sequential` (JAX unrolls its loop; ours is the same host loop)
+    SequentialUnrolled,
+    /// one call; unbatched operands get a leading axis of size 1
+    ExpandDims,
+    /// one call; unbatched operands are broadcast to the batch size
+    BroadcastAll,
+    /// JAX's deprecated `vectorized=True`: as `ExpandDims`
+    LegacyVectorized,
+}
+
+impl VmapMethod {
+    /// JAX's spelling: `sequential`, `expand_dims`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            VmapMethod::Sequential => "sequential",
+            VmapMethod::SequentialUnrolled => "sequential_unrolled",
+            VmapMethod::ExpandDims => "expand_dims",
+            VmapMethod::BroadcastAll => "broadcast_all",
+            VmapMethod::LegacyVectorized => "legacy_vectorized",
+        }
+    }
+    /// Every method, in JAX's order.
+    pub const ALL: [VmapMethod; 5] = [
+        VmapMethod::Sequential,
+        VmapMethod::SequentialUnrolled,
+        VmapMethod::ExpandDims,
+        VmapMethod::BroadcastAll,
+        VmapMethod::LegacyVectorized,
+    ];
+}
+
 /// Identifier of a user differentiation rule (`custom_jvp`, `custom_vjp`).
 pub type RuleId = u64;
 
@@ -182,6 +218,12 @@ pub enum Primitive {
     // -- effects and nesting --
     /// host callback with the operands (no outputs): `debug::print`
     DebugCallback { callback: CallbackId, fmt: String },
+    /// host function `callback` (named `name`) giving `result_avals`, with no side
+    /// effects (`jax.pure_callback`): dead code when its results are unused
+    PureCallback { callback: CallbackId, name: String, result_avals: Vec<ShapedArray>, vmap_method: Option<VmapMethod> },
+    /// host function with side effects (`io_callback`): never eliminated; `ordered`
+    /// ones keep program order and cannot be `vmap`ped
+    IoCallback { callback: CallbackId, name: String, result_avals: Vec<ShapedArray>, ordered: bool },
     /// a nested jitted call
     Pjit { name: String, jaxpr: Box<ClosedJaxpr> },
     // -- random / bits --
@@ -330,6 +372,8 @@ impl Primitive {
             CustomVjpCall { .. } => "custom_vjp_call",
             Checkpoint { .. } => "remat2",
             DebugCallback { .. } => "debug_callback",
+            PureCallback { .. } => "pure_callback",
+            IoCallback { .. } => "io_callback",
             Pjit { .. } => "jit",
             // -- random / bits --
             ShiftLeft => "shift_left",
@@ -386,7 +430,7 @@ impl Primitive {
     /// True for primitives with side effects (never dead-code eliminated, run in order).
     pub fn has_effects(&self) -> bool {
         match self {
-            Primitive::DebugCallback { .. } => true,
+            Primitive::DebugCallback { .. } | Primitive::IoCallback { .. } => true,
             Primitive::Pjit { jaxpr, .. } => jaxpr.jaxpr.has_effects(),
             p => p.sub_jaxprs().iter().any(|j| j.has_effects()),
         }

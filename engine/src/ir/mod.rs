@@ -12,6 +12,6 @@ pub mod precision;
 pub use array_ops::{ConvDims, CumOp, GatherDims, GatherMode, ScatterDims, ScatterOp, WindowOp};
 pub use aval::{ShapeDtypeStruct, ShapedArray};
 pub use dtype::{DType, Scalar};
-pub use jaxpr::{Atom, CallbackId, RematPolicy, RuleId, ClosedJaxpr, Eqn, Jaxpr, Literal, Primitive, SourceInfo, Var};
+pub use jaxpr::{Atom, CallbackId, VmapMethod, RematPolicy, RuleId, ClosedJaxpr, Eqn, Jaxpr, Literal, Primitive, SourceInfo, Var};
 pub use pretty::print_jaxpr;
 pub use precision::{DotAlgorithmPreset, DotPrecision, IntoPrecision, Precision};

@@ -6,6 +6,7 @@
 //! of more than 10 equations are printed once before the top-level jaxpr as
 //! `let name = { .. } in` and referred to by name (JAX 0.10's `pp_toplevel_jaxpr`).
 
+use super::aval::ShapedArray;
 use super::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Primitive, Var};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -135,6 +136,18 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("callback".into(), if fmt.is_empty() { "<debug callback>".to_string() } else { format!("<debug print {fmt:?}>") }),
             ("effect".into(), "Debug".into()),
         ],
+        PureCallback { name, result_avals, vmap_method, .. } => vec![
+            ("callback".into(), callback_text(name)),
+            ("result_avals".into(), result_avals_text(result_avals)),
+            ("sharding".into(), "None".into()),
+            ("vmap_method".into(), vmap_method.map_or("None", |m| m.name()).into()),
+        ],
+        IoCallback { name, result_avals, ordered, .. } => vec![
+            ("callback".into(), callback_text(name)),
+            ("ordered".into(), if *ordered { "True" } else { "False" }.into()),
+            ("result_avals".into(), result_avals_text(result_avals)),
+            ("sharding".into(), "None".into()),
+        ],
         Pjit { name, .. } => vec![("name".into(), name.clone())],
         While { cond_nconsts, body_nconsts, .. } => vec![
             ("body_nconsts".into(), body_nconsts.to_string()),
@@ -175,6 +188,18 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
     };
     v.sort();
     v
+}
+
+/// A host callback's name as JAX shows its function: `<function host_sin>`, or
+/// `<closure>` for a Rust closure (which has no name).
+fn callback_text(name: &str) -> String {
+    if name == "<closure>" { name.to_string() } else { format!("<function {name}>") }
+}
+
+/// `(ShapedArray(float32[5]),)`: a Python tuple of the result avals' reprs.
+fn result_avals_text(avals: &[ShapedArray]) -> String {
+    let items: Vec<String> = avals.iter().map(|a| format!("ShapedArray({})", a.long())).collect();
+    if items.len() == 1 { format!("({},)", items[0]) } else { format!("({})", items.join(", ")) }
 }
 
 struct Printer {

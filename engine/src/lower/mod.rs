@@ -287,7 +287,13 @@ impl Lowerer {
         let eqns = folded.as_deref().unwrap_or(&j.eqns);
         let next_id = j.invars.iter().chain(&j.constvars).chain(eqns.iter().flat_map(|e| &e.outputs)).map(|v| v.id + 1).max().unwrap_or(0);
         let recomputed = recompute::recompute_producers(eqns, &j.outvars, next_id);
-        for eq in recomputed.as_deref().unwrap_or(eqns) {
+        let eqns = recomputed.as_deref().unwrap_or(eqns);
+        // A `pure_callback` whose results are unused is dead code (JAX's DCE): not called.
+        let dead = crate::transform::callbacks::dead_pure_callbacks(eqns, &j.outvars);
+        for (i, eq) in eqns.iter().enumerate() {
+            if dead.contains(&i) {
+                continue;
+            }
             self.eqn(eq, &mut env).map_err(|e| e.at(eq.source.clone()))?;
         }
         j.outvars.iter().map(|a| self.atom(a, &env)).collect()
@@ -366,6 +372,9 @@ impl Lowerer {
             Primitive::DebugCallback { callback, .. } => {
                 self.callback(*callback, &ins)?;
                 vec![]
+            }
+            Primitive::PureCallback { callback, result_avals, .. } | Primitive::IoCallback { callback, result_avals, .. } => {
+                self.host_callback(*callback, &ins, result_avals)?
             }
             Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
             // Identity at run time; it only matters to differentiation.

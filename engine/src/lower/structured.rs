@@ -522,6 +522,34 @@ impl Lowerer {
         self.e.line(&format!("func.call @jaxrepl_callback_fire({idc}, {nc}) : (i64, i64) -> ()"));
         Ok(())
     }
+
+    /// `pure_callback`/`io_callback`: fires the callback as `callback` does, then fills
+    /// one fresh `memref.alloc` per result with `jaxrepl_callback_result_<dtype>(id, index,
+    /// memref<*xT>)` and reads it back as a tensor (`to_tensor … restrict writable`, as
+    /// `dot_gemm` does). Empty results are `tensor.empty`.
+    pub(super) fn host_callback(&mut self, id: CallbackId, ins: &[Val], results: &[ShapedArray]) -> Result<Vec<Val>, Error> {
+        self.callback(id, ins)?;
+        let idc = self.e.scalar_const(&(id as i64).to_string(), DType::I64);
+        let mut outs = vec![];
+        for (k, a) in results.iter().enumerate() {
+            let a = a.strong();
+            if a.size() == 0 {
+                outs.push(Val::T(self.empty(&a), a));
+                continue;
+            }
+            let el = a.dtype.mlir();
+            let sym = format!("jaxrepl_callback_result_{}", a.dtype.short_name());
+            self.decls.insert(format!("func.func private @{sym}(i64, i64, memref<*x{el}>)"));
+            let (tt, mt) = (a.mlir_tensor(), memref_of(&a.mlir_tensor()));
+            let m = self.e.op(&format!("memref.alloc() {{alignment = 64 : i64}} : {mt}"));
+            let u = self.e.op(&format!("memref.cast {m} : {mt} to memref<*x{el}>"));
+            let kc = self.e.scalar_const(&k.to_string(), DType::I64);
+            self.e.line(&format!("func.call @{sym}({idc}, {kc}, {u}) : (i64, i64, memref<*x{el}>) -> ()"));
+            let t = self.e.op(&format!("bufferization.to_tensor {m} restrict writable : {mt} to {tt}"));
+            outs.push(Val::T(t, a));
+        }
+        Ok(outs)
+    }
 }
 
 /// Reductions over trailing axes with at least this many elements per result (and at most

@@ -50,6 +50,8 @@ impl Placement {
 pub struct DeviceArray {
     pub aval: ShapedArray,
     pub placement: Placement,
+    /// The memory it lives in (`device` unless `device_put` to a host memory kind).
+    pub memory_kind: super::memory_kind::MemoryKind,
     pub(crate) sharded: Option<Box<crate::sharding::Sharded>>,
     state: Mutex<State>,
     ready: Condvar,
@@ -67,12 +69,17 @@ impl DeviceArray {
     /// `ready` with a placement.
     pub fn ready_on(aval: ShapedArray, buf: Arc<Buffer>, placement: Placement) -> Arc<DeviceArray> {
         device_bytes::add(placement.device, aval.nbytes());
-        Arc::new(DeviceArray { aval, placement, sharded: None, state: Mutex::new(State::Ready(buf)), ready: Condvar::new() })
+        Arc::new(DeviceArray { aval, placement, memory_kind: Default::default(), sharded: None, state: Mutex::new(State::Ready(buf)), ready: Condvar::new() })
     }
     /// `pending` with a placement.
     pub fn pending_on(aval: ShapedArray, placement: Placement) -> Arc<DeviceArray> {
         device_bytes::add(placement.device, aval.nbytes());
-        Arc::new(DeviceArray { aval, placement, sharded: None, state: Mutex::new(State::Pending), ready: Condvar::new() })
+        Arc::new(DeviceArray { aval, placement, memory_kind: Default::default(), sharded: None, state: Mutex::new(State::Pending), ready: Condvar::new() })
+    }
+    /// `pending_on` in memory kind `kind` (its bytes counted in that kind's statistics).
+    pub fn pending_in(aval: ShapedArray, placement: Placement, kind: super::memory_kind::MemoryKind) -> Arc<DeviceArray> {
+        super::memory_kind::add(placement.device, kind, aval.nbytes());
+        Arc::new(DeviceArray { aval, placement, memory_kind: kind, sharded: None, state: Mutex::new(State::Pending), ready: Condvar::new() })
     }
     /// A sharded array: `state` is the whole value if known (computed results), else
     /// `Pending` and gathered from the shards on first `wait`.
@@ -84,10 +91,11 @@ impl DeviceArray {
         // A `device_put` result's data are its shards (counted on their devices); a
         // computed sharded result holds its whole value on its first device.
         let state = if sh.gather_on_wait { state } else {
-            device_bytes::add(placement.device, aval.nbytes());
+            super::memory_kind::add(placement.device, sh.sharding.memory_kind, aval.nbytes());
             state
         };
-        Arc::new(DeviceArray { aval, placement, sharded: Some(Box::new(sh)), state: Mutex::new(state), ready: Condvar::new() })
+        let memory_kind = sh.sharding.memory_kind;
+        Arc::new(DeviceArray { aval, placement, memory_kind, sharded: Some(Box::new(sh)), state: Mutex::new(state), ready: Condvar::new() })
     }
     /// The sharding of a sharded array.
     pub(crate) fn sharded_info(&self) -> Option<&crate::sharding::Sharded> {
@@ -106,7 +114,7 @@ impl DeviceArray {
     pub fn delete(&self) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if !matches!(*s, State::Deleted) && self.counted() {
-            device_bytes::sub(self.placement.device, self.aval.nbytes());
+            super::memory_kind::sub(self.placement.device, self.memory_kind, self.aval.nbytes());
         }
         *s = State::Deleted;
     }
@@ -177,7 +185,7 @@ impl Drop for DeviceArray {
     fn drop(&mut self) {
         let deleted = matches!(self.state.get_mut().unwrap_or_else(|e| e.into_inner()), State::Deleted);
         if !deleted && self.counted() {
-            device_bytes::sub(self.placement.device, self.aval.nbytes());
+            super::memory_kind::sub(self.placement.device, self.memory_kind, self.aval.nbytes());
         }
     }
 }

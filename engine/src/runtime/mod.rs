@@ -6,6 +6,8 @@ pub mod callbacks;
 pub mod dispatch;
 pub mod interrupt;
 pub mod memory;
+pub mod memory_kind;
 
 pub use buffer::Buffer;
 pub use dispatch::{barrier, DeviceArray, Placement};
+pub use memory_kind::{Memory, MemoryKind};

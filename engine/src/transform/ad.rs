@@ -69,6 +69,7 @@ pub fn jvp_jaxpr(j: &Jaxpr, consts: &[Array], primals: &[Array], tangents: &[Opt
                 Atom::Lit(_) => Ok(None),
             })
             .collect::<Result<_>>()?;
+        super::callbacks::jvp_check(&e.primitive, &ts)?;
         if let Some((outs, touts)) = custom_jvp_eqn(&e.primitive, &ins, &ts)? {
             for ((v, o), dt) in e.outputs.iter().zip(outs).zip(touts) {
                 p.set(v, o);
@@ -144,7 +145,15 @@ pub fn vjp_jaxpr_known(
     }
     let mut saved: Vec<(Vec<Array>, Vec<Array>)> = Vec::with_capacity(j.eqns.len());
     let mut extras: Vec<Extra> = Vec::with_capacity(j.eqns.len());
+    // Host callbacks are not differentiable: JAX's JVP error, before anything runs, for one
+    // whose operands depend on the inputs (its tangent would be nonzero).
+    let deps = if j.eqns.iter().any(|e| super::callbacks::ad_error(&e.primitive).is_some()) { super::callbacks::primal_deps(j) } else { Default::default() };
     for e in &j.eqns {
+        if let Some(err) = super::callbacks::ad_error(&e.primitive) {
+            if e.inputs.iter().any(|a| matches!(a, Atom::Var(v) if deps.contains(&v.id))) {
+                return Err(err);
+            }
+        }
         let ins = e.inputs.iter().map(|a| atom_array(&p, a)).collect::<Result<Vec<_>>>()?;
         let ops = e.inputs.iter().map(|a| super::interp::operand(&p, a)).collect::<Result<Vec<Operand>>>()?;
         let (outs, extra) = if !e.outputs.is_empty() && e.outputs.iter().all(|o| known.contains_key(&o.id)) {
@@ -187,6 +196,13 @@ pub fn vjp_jaxpr_known(
         }
     }
     for ((e, (ins, outs)), extra) in j.eqns.iter().zip(&saved).zip(&extras).rev() {
+        if super::callbacks::ad_error(&e.primitive).is_some() {
+            // Off the differentiated path (checked in the forward pass): no cotangent flows.
+            for o in &e.outputs {
+                ct.remove(&o.id);
+            }
+            continue;
+        }
         let in_cts = if e.primitive.call_body().is_some() {
             let cts: Vec<Option<Array>> = e.outputs.iter().map(|o| ct.remove(&o.id)).collect();
             if cts.iter().all(|c| c.is_none()) {

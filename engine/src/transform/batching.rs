@@ -141,6 +141,10 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
             bind(DebugCallback { callback: id, fmt: fmt.clone() }, ins.iter().map(|v| arr(&v.x)).collect(), loc)?;
             Ok(vec![])
         }
+        PureCallback { .. } | IoCallback { .. } => {
+            let (xs, flags): (Vec<Array>, Vec<bool>) = ins.iter().map(|v| (v.x.clone(), v.batched)).unzip();
+            Ok(super::callbacks::batch(p, &xs, &flags, b, loc)?.into_iter().map(|(x, batched)| BVal { x, batched }).collect())
+        }
         p if p.call_body().is_some() => batch_call(p, ins, b),
         Cond { branches } => batch_cond(branches, ins, b),
         While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => {

@@ -19,6 +19,8 @@ pub use linearize::{linearize, Linearized};
 pub use custom::{checkpoint, checkpoint_with_policy, custom_jvp, custom_vjp};
 pub use ad::{grad, grad_argnums, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, value_and_grad_argnums, value_and_grad_with_aux, vjp};
 pub mod batching;
+pub mod callbacks;
+pub use callbacks::{io_callback, pure_callback};
 pub mod batching_ops;
 pub use batching::{vmap, vmap_axes};
 pub mod control_ad;

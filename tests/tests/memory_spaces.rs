@@ -1,0 +1,132 @@
+//! Memory kinds (JAX 201-14, inventory §15 and §1.4) with 8 simulated CPU devices: the
+//! memories a device addresses and their reprs, shardings `with_memory_kind`, `device_put`
+//! between kinds (values kept, bytes accounted per device and kind: a device's
+//! `memory_stats` drops when an array moves to host memory), computing on host-kind
+//! arrays, and sharded arrays in host memory. Texts follow JAX 0.10.2 on CPU (captured
+//! with `.venv-jax`). Its own test binary (sets `jax_num_cpu_devices`).
+
+use jax::prelude::*;
+use jax::sharding::{Memory, MemoryKind};
+use std::sync::{Mutex, Once};
+
+fn setup() {
+    static S: Once = Once::new();
+    S.call_once(|| {
+        config::update_int("jax_num_cpu_devices", 8).expect("set before the backend starts");
+    });
+}
+
+/// Accounting checks read per-device counters: one test at a time.
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn dev(i: usize) -> Device {
+    devices()[i]
+}
+
+fn one_device_mesh(i: usize) -> Mesh {
+    Mesh::new(&[dev(i)], &[1], &["x"], vec![AxisType::Auto]).unwrap()
+}
+
+#[test]
+fn memories_and_reprs() {
+    setup();
+    let d = dev(0);
+    assert_eq!(format!("{:?}", d.addressable_memories()), "[CPU_DEVICE_0, PINNED_HOST_1, UNPINNED_HOST_2]");
+    assert_eq!(format!("{:?}", d.default_memory()), "CPU_DEVICE_0");
+    assert_eq!(d.default_memory().to_string(), "CpuDeviceMemory(id=0, process_index=0, client=cpu)");
+    let kinds: Vec<&str> = d.addressable_memories().iter().map(Memory::kind).collect();
+    assert_eq!(kinds, ["device", "pinned_host", "unpinned_host"]);
+
+    let s_dev = NamedSharding::new(&one_device_mesh(0), P!("x")).unwrap();
+    assert_eq!(format!("{s_dev:?}"), "NamedSharding(mesh=Mesh('x': 1, axis_types=(Auto,)), spec=P('x',), memory_kind=device)");
+    let s_host = s_dev.with_memory_kind("pinned_host").unwrap();
+    assert_eq!(format!("{s_host:?}"), "NamedSharding(mesh=Mesh('x': 1, axis_types=(Auto,)), spec=P('x',), memory_kind=pinned_host)");
+    assert_eq!(s_host.memory_kind, MemoryKind::PinnedHost);
+    let single = SingleDeviceSharding::new(d).with_memory_kind("unpinned_host").unwrap();
+    assert_eq!(format!("{single:?}"), "SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=unpinned_host)");
+    let e = s_dev.with_memory_kind("foo").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "ValueError: Could not find memory addressable by device cpu. Device cpu can address the following memory kinds: device, pinned_host, unpinned_host. Got memory kind: foo"
+    );
+}
+
+#[test]
+fn device_put_between_kinds_moves_the_accounting() {
+    setup();
+    let _l = lock();
+    // Device 3 is used by no other test in this binary.
+    let s_dev = NamedSharding::new(&one_device_mesh(3), P!("x")).unwrap();
+    let s_host = s_dev.with_memory_kind("pinned_host").unwrap();
+    let host_mem = dev(3).memory("pinned_host").unwrap();
+    let (dev0, host0) = (dev(3).memory_stats().bytes_in_use, host_mem.bytes_in_use().0);
+
+    let x = jnp::arange(1024.0).reshape(&[256, 4]); // 4 KiB, on device 0
+    let on_dev = device_put(&x, s_dev.clone()).unwrap();
+    on_dev.block_until_ready().unwrap();
+    assert_eq!(dev(3).memory_stats().bytes_in_use, dev0 + 4096);
+    let on_host = device_put(&on_dev, s_host.clone()).unwrap();
+    assert_eq!(on_host.sharding().unwrap().memory_kind(), MemoryKind::PinnedHost);
+    assert_eq!(format!("{:?}", on_host.sharding().unwrap()), format!("{s_host:?}"));
+    assert_eq!(on_host.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    assert_eq!(host_mem.bytes_in_use().0, host0 + 4096);
+    // Offloading: once the device copy is dropped, the device holds nothing of it (the
+    // barrier makes sure the copy job no longer holds it either).
+    drop(on_dev);
+    jax::effects_barrier().unwrap();
+    assert_eq!(dev(3).memory_stats().bytes_in_use, dev0);
+    // And back: device memory again, host memory freed when the host copy goes.
+    let back = device_put(&on_host, s_dev.clone()).unwrap();
+    assert_eq!(back.sharding().unwrap().memory_kind(), MemoryKind::Device);
+    assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    assert_eq!(dev(3).memory_stats().bytes_in_use, dev0 + 4096);
+    drop(on_host);
+    jax::effects_barrier().unwrap();
+    assert_eq!(host_mem.bytes_in_use().0, host0);
+    drop(back);
+    jax::effects_barrier().unwrap();
+    assert_eq!(dev(3).memory_stats().bytes_in_use, dev0);
+}
+
+#[test]
+fn computing_on_host_arrays_gives_device_results() {
+    setup();
+    let _l = lock();
+    // On CPU every kind is the same RAM: JAX computes on host-kind arrays; results are in
+    // device memory (inventory §15.3 item 3).
+    let s_host = NamedSharding::new(&one_device_mesh(0), P!("x")).unwrap().with_memory_kind("pinned_host").unwrap();
+    let arr_host = device_put(&jnp::arange(8.0).reshape(&[2, 4]), s_host).unwrap();
+    let y = jit(|x: Array| x + 1.0).call(&arr_host).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    assert_eq!(y.sharding().unwrap().memory_kind(), MemoryKind::Device);
+    let z = arr_host.clone() * 2.0;
+    assert_eq!(z.to_vec::<f32>().unwrap(), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]);
+}
+
+#[test]
+fn sharded_arrays_in_host_memory() {
+    setup();
+    let _l = lock();
+    let mesh = make_mesh(&[8], &["i"], None).unwrap();
+    let s = NamedSharding::new(&mesh, P!("i")).unwrap().with_memory_kind("unpinned_host").unwrap();
+    let before: Vec<usize> = (0..8).map(|i| dev(i).memory("unpinned_host").unwrap().bytes_in_use().0).collect();
+    let x = device_put(&jnp::arange(64.0), s).unwrap();
+    x.block_until_ready().unwrap();
+    assert_eq!(x.sharding().unwrap().memory_kind(), MemoryKind::UnpinnedHost);
+    assert_eq!(x.to_vec::<f32>().unwrap(), (0..64).map(|i| i as f32).collect::<Vec<_>>());
+    for i in 0..8 {
+        // Each device holds its 8-element shard (32 bytes) in unpinned host memory.
+        assert_eq!(dev(i).memory("unpinned_host").unwrap().bytes_in_use().0, before[i] + 32, "device {i}");
+    }
+    let shards = x.addressable_shards().unwrap();
+    assert_eq!(shards[5].data.to_vec::<f32>().unwrap(), (40..48).map(|i| i as f32).collect::<Vec<_>>());
+    drop(shards);
+    drop(x);
+    jax::effects_barrier().unwrap();
+    for i in 0..8 {
+        assert_eq!(dev(i).memory("unpinned_host").unwrap().bytes_in_use().0, before[i], "device {i}");
+    }
+}
