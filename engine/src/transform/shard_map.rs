@@ -452,3 +452,170 @@ fn has_collective(j: &Jaxpr) -> bool {
 pub(crate) fn contains_shard_map(j: &Jaxpr) -> bool {
     j.eqns.iter().any(|e| matches!(e.primitive, Primitive::ShardMap(_)) || e.primitive.sub_jaxprs().iter().any(|s| contains_shard_map(s)))
 }
+
+// ---------------------------------------------------------------- differentiation
+
+/// JVP rule of a collective: linear collectives apply to the tangent as to the value.
+/// Errors: `pmax`/`pmin` (not differentiable here yet).
+pub(crate) fn collective_jvp(c: &Collective, t: &Array) -> Result<Array> {
+    match c {
+        Collective::Pmax { .. } | Collective::Pmin { .. } => {
+            Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", c.name())))
+        }
+        _ => one(bind(Primitive::Collective(c.clone()), vec![Operand::Array(t.clone())], Location::caller())?),
+    }
+}
+
+/// Transpose (VJP) of a collective, with JAX's varying-axes semantics: `psum`'s result is
+/// the same on every device, so its cotangent passes through unchanged (JAX's `pvary`);
+/// `all_gather` ↔ `psum_scatter`, `ppermute` by the inverse permutation, `all_to_all`
+/// with split and concat axes swapped.
+pub(crate) fn collective_vjp(c: &Collective, ct: &Array) -> Result<Array> {
+    let t = match c {
+        Collective::Psum { .. } => return Ok(ct.clone()),
+        Collective::AllGather { axes, axis_size, dimension, tiled } => {
+            Collective::ReduceScatter { axes: axes.clone(), axis_size: *axis_size, scatter_dimension: *dimension, tiled: *tiled }
+        }
+        Collective::ReduceScatter { axes, axis_size, scatter_dimension, tiled } => {
+            Collective::AllGather { axes: axes.clone(), axis_size: *axis_size, dimension: *scatter_dimension, tiled: *tiled }
+        }
+        Collective::Ppermute { axes, perm } => Collective::Ppermute { axes: axes.clone(), perm: perm.iter().map(|&(s, d)| (d, s)).collect() },
+        Collective::AllToAll { axes, axis_size, split_axis, concat_axis, tiled } => {
+            Collective::AllToAll { axes: axes.clone(), axis_size: *axis_size, split_axis: *concat_axis, concat_axis: *split_axis, tiled: *tiled }
+        }
+        Collective::Pmax { .. } | Collective::Pmin { .. } | Collective::AxisIndex { .. } => {
+            return Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", c.name())))
+        }
+    };
+    one(bind(Primitive::Collective(t), vec![Operand::Array(ct.clone())], Location::caller())?)
+}
+
+fn one(mut v: Vec<Array>) -> Result<Array> {
+    v.pop().ok_or_else(|| Error::runtime("internal: collective without result"))
+}
+
+fn zeros_of(a: &ShapedArray) -> Result<Array> {
+    super::ad::zeros(&a.strong())
+}
+
+fn mesh_axes(mesh: &Mesh) -> Vec<(String, usize)> {
+    mesh.axis_names().iter().cloned().zip(mesh.axis_sizes().iter().copied()).collect()
+}
+
+/// Traces `body` on blocks of `avals` (mesh axes bound) and binds it as a `shard_map`
+/// over `args` (its constants become leading replicated operands).
+fn bind_body(
+    p: &ShardMapParams,
+    avals: &[ShapedArray],
+    in_specs: Vec<PartitionSpec>,
+    out_specs: Vec<PartitionSpec>,
+    args: Vec<Array>,
+    body: impl FnOnce(Vec<Array>) -> Result<Vec<Array>>,
+) -> Result<Vec<Array>> {
+    let traced = {
+        let _env = crate::lax::parallel::bind_axes(&mesh_axes(&p.mesh));
+        trace_to_jaxpr("shard_map", avals, body)?
+    };
+    let mut jaxpr = traced.jaxpr;
+    let nconst = jaxpr.constvars.len();
+    let mut invars = std::mem::take(&mut jaxpr.constvars);
+    invars.append(&mut jaxpr.invars);
+    jaxpr.invars = invars;
+    let mut specs = vec![PartitionSpec::default(); nconst];
+    specs.extend(in_specs);
+    let params = ShardMapParams { jaxpr, mesh: p.mesh.clone(), in_specs: specs, out_specs, check_vma: false, name: p.name.clone() };
+    let ops: Vec<Operand> = traced.consts.into_iter().chain(args).map(Operand::Array).collect();
+    bind(Primitive::ShardMap(Box::new(params)), ops, Location::caller())
+}
+
+/// JVP of a `shard_map` equation: a `shard_map` of the body's JVP (tangents split and
+/// assembled by the same specs as their values).
+pub(crate) fn jvp(p: &ShardMapParams, ins: &[Array], ts: &[Option<Array>]) -> Result<(Vec<Array>, Vec<Option<Array>>)> {
+    let n = ins.len();
+    let block_in: Vec<ShapedArray> = p.jaxpr.invars.iter().map(|v| v.aval.clone()).collect();
+    let mut avals = block_in.clone();
+    avals.extend(block_in.iter().cloned());
+    let mut args: Vec<Array> = ins.to_vec();
+    for (t, x) in ts.iter().zip(ins) {
+        args.push(match t {
+            Some(t) => t.clone(),
+            None => zeros_of(&x.aval())?,
+        });
+    }
+    let mut in_specs = p.in_specs.clone();
+    in_specs.extend(p.in_specs.iter().cloned());
+    let mut out_specs = p.out_specs.clone();
+    out_specs.extend(p.out_specs.iter().cloned());
+    let body = p.jaxpr.clone();
+    let outs = bind_body(p, &avals, in_specs, out_specs, args, move |tr| {
+        let (xs, dxs) = tr.split_at(n);
+        let dxs: Vec<Option<Array>> = dxs.iter().map(|t| Some(t.clone())).collect();
+        let (outs, touts) = super::ad::jvp_jaxpr(&body, &[], xs, &dxs)?;
+        let mut all = outs.clone();
+        for (t, o) in touts.into_iter().zip(&outs) {
+            all.push(match t {
+                Some(t) => t,
+                None => zeros_of(&o.aval())?,
+            });
+        }
+        Ok(all)
+    })?;
+    let m = p.jaxpr.outvars.len();
+    let (o, t) = outs.split_at(m);
+    Ok((o.to_vec(), t.iter().map(|t| Some(t.clone())).collect()))
+}
+
+/// VJP of a `shard_map` equation: a `shard_map` of the body's VJP over (blocks, cotangent
+/// blocks). A cotangent that varies over a mesh axis its input's in_spec omits (the input
+/// was the same on every device but its uses differ) is summed over that axis, as JAX's
+/// transpose of the implicit `pvary` does.
+pub(crate) fn vjp(p: &ShardMapParams, ins: &[Array], cts: &[Option<Array>]) -> Result<Vec<Option<Array>>> {
+    let n = ins.len();
+    let block_in: Vec<ShapedArray> = p.jaxpr.invars.iter().map(|v| v.aval.clone()).collect();
+    let block_out: Vec<ShapedArray> = p.jaxpr.outvars.iter().map(|a| a.aval().clone()).collect();
+    let mut avals = block_in.clone();
+    avals.extend(block_out.iter().cloned());
+    let mut args: Vec<Array> = ins.to_vec();
+    for (c, o) in cts.iter().zip(&p.jaxpr.outvars) {
+        args.push(match c {
+            Some(c) => c.clone(),
+            None => zeros_of(&global_aval(&p.mesh, &p.out_specs[args.len() - n], o.aval()))?,
+        });
+    }
+    let mut in_specs = p.in_specs.clone();
+    in_specs.extend(p.out_specs.iter().cloned());
+    let body = p.jaxpr.clone();
+    let backward = |tr: Vec<Array>, sums: &[Vma]| -> Result<Vec<Array>> {
+        let (xs, cs) = tr.split_at(n);
+        let cs: Vec<Option<Array>> = cs.iter().map(|c| Some(c.clone())).collect();
+        let (_, in_cts) = super::ad::vjp_jaxpr(&body, &[], xs, &cs)?;
+        let mut out = Vec::with_capacity(n);
+        for ((c, x), sum) in in_cts.into_iter().zip(xs).zip(sums) {
+            let c = match c {
+                Some(c) => c,
+                None => zeros_of(&x.aval())?,
+            };
+            out.push(if *sum != 0 { crate::lax::psum(&c, crate::lax::parallel::AxisNames(mask_names(&p.mesh, *sum)))? } else { c });
+        }
+        Ok(out)
+    };
+    // Which input cotangents vary over axes their in_spec omits: trace once to find out.
+    let probe = {
+        let _env = crate::lax::parallel::bind_axes(&mesh_axes(&p.mesh));
+        trace_to_jaxpr("shard_map", &avals, |tr| backward(tr, &vec![0; n]))?
+    };
+    let mut spec_in: Vec<Vma> = vec![0; probe.jaxpr.constvars.len()];
+    spec_in.extend(in_specs.iter().map(|s| spec_mask(&p.mesh, s)));
+    let mut probe_j = probe.jaxpr.clone();
+    let mut iv = std::mem::take(&mut probe_j.constvars);
+    iv.append(&mut probe_j.invars);
+    probe_j.invars = iv;
+    let varies = output_vma(&probe_j, &spec_in, &p.mesh);
+    let sums: Vec<Vma> = varies.iter().zip(&p.in_specs).map(|(v, s)| v & !spec_mask(&p.mesh, s)).collect();
+    let outs = bind_body(p, &avals, in_specs, p.in_specs.clone(), args, |tr| backward(tr, &sums))?;
+    Ok(outs.into_iter().zip(ins).map(|(c, x)| if x.dtype().is_float() { Some(c) } else { None }).collect())
+}
+
+fn mask_names(mesh: &Mesh, m: Vma) -> Vec<String> {
+    mesh.axis_names().iter().enumerate().filter(|(k, _)| m & (1 << k) != 0).map(|(_, n)| n.clone()).collect()
+}
