@@ -216,7 +216,7 @@ pub fn run(c: &Collective, x: Option<&Arc<DeviceArray>>, out: &ShapedArray) -> R
     let n = members.len();
     let leader = pos == 0;
     let shared = if leader && matches!(c, Collective::Psum { .. } | Collective::Pmax { .. } | Collective::Pmin { .. } | Collective::AllGather { .. }) {
-        Some(Arc::new(Buffer::zeros(out)))
+        Some(Arc::new(fresh(out)?))
     } else {
         None
     };
@@ -273,7 +273,7 @@ fn compute(c: &Collective, run: &MeshRun, members: &[usize], pos: usize, n: usiz
             let inner: usize = shape[*d + 1..].iter().product();
             let blk = shape[*d] / n * inner; // elements of one block per outer row
             let _ = tiled;
-            let res = Buffer::zeros(out);
+            let res = fresh(out)?;
             let rp = res.as_ptr();
             for o in 0..outer {
                 let lo = o * shape[*d] * inner + pos * blk;
@@ -289,7 +289,7 @@ fn compute(c: &Collective, run: &MeshRun, members: &[usize], pos: usize, n: usiz
         },
         Collective::AllToAll { split_axis, concat_axis, .. } => {
             let shape = x.shape();
-            let mut res = Buffer::zeros(out);
+            let mut res = fresh(out)?;
             let dst = res.bytes_mut();
             // Block `pos` along split_axis of member k goes to block k along concat_axis.
             let mut bshape = shape.to_vec();
@@ -324,6 +324,12 @@ fn compute(c: &Collective, run: &MeshRun, members: &[usize], pos: usize, n: usiz
 /// (product of dims before `d`, product of dims after `d`).
 fn split3(shape: &[usize], d: usize) -> (usize, usize) {
     (shape[..d].iter().product(), shape[d + 1..].iter().product())
+}
+
+/// An output buffer the collective overwrites completely (contents unspecified until
+/// then). Errors: the device's memory limit (`RESOURCE_EXHAUSTED`).
+fn fresh(out: &ShapedArray) -> Result<Buffer> {
+    Buffer::for_output(out, super::memory::SITE_OTHER)
 }
 
 #[derive(Clone, Copy)]
