@@ -71,7 +71,7 @@ fn psum_matches_reference_and_inventory() {
     setup();
     let m = mesh4();
     let f = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i"), P!());
-    let y = f(jnp::array(&X16)).unwrap();
+    let y = f.call(jnp::array(&X16)).unwrap();
     assert_eq!(ints(&y), vec![22, 20, 12, 17]);
     assert_eq!(ints(&y), psum_ref(&split(&X16, 4))[0]);
     // The result is sharded by the out_spec: replicated over the mesh.
@@ -88,12 +88,12 @@ fn all_gather_tiled_and_untiled() {
     let m = mesh4();
     let x = jnp::array(&[3i32, 9, 5, 2]);
     let f = shard_map(|x: Array| lax::all_gather(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
-    let y = f(x.clone()).unwrap();
+    let y = f.call(x.clone()).unwrap();
     let want: Vec<i32> = all_gather_ref(&split(&[3, 9, 5, 2], 4)).concat();
     assert_eq!(ints(&y), want);
     assert_eq!(ints(&y), vec![3, 9, 5, 2, 3, 9, 5, 2, 3, 9, 5, 2, 3, 9, 5, 2]);
     let g = shard_map(|x: Array| lax::all_gather(&x, "i", 0, false), Some(&m), P!("i"), P!("i"));
-    let y = g(x).unwrap();
+    let y = g.call(x).unwrap();
     assert_eq!(y.shape(), vec![16, 1]);
     assert_eq!(ints(&y), want);
 }
@@ -104,7 +104,7 @@ fn psum_scatter_ppermute_all_to_all() {
     let m = mesh4();
     let x = jnp::array(&X16);
     let f = shard_map(|x: Array| lax::psum_scatter(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
-    let y = f(x.clone()).unwrap();
+    let y = f.call(x.clone()).unwrap();
     assert_eq!(ints(&y), vec![22, 20, 12, 17]);
     assert_eq!(ints(&y), psum_scatter_ref(&split(&X16, 4)).concat());
     let shards: Vec<Vec<i32>> = y.addressable_shards().unwrap().iter().map(|s| ints(&s.data)).collect();
@@ -114,15 +114,15 @@ fn psum_scatter_ppermute_all_to_all() {
     let p2 = perm.clone();
     let f = shard_map(move |x: Array| lax::ppermute(&x, "i", &p2), Some(&m), P!("i"), P!("i"));
     let a8: Vec<i32> = (0..8).collect();
-    let y = f(jnp::array(&a8)).unwrap();
+    let y = f.call(jnp::array(&a8)).unwrap();
     assert_eq!(ints(&y), vec![6, 7, 0, 1, 2, 3, 4, 5]);
     assert_eq!(ints(&y), ppermute_ref(&split(&a8, 4), &perm).concat());
     // A device that receives nothing gets zeros.
     let f = shard_map(|x: Array| lax::ppermute(&x, "i", &[(0, 1)]), Some(&m), P!("i"), P!("i"));
-    assert_eq!(ints(&f(jnp::array(&a8)).unwrap()), ppermute_ref(&split(&a8, 4), &[(0, 1)]).concat());
+    assert_eq!(ints(&f.call(jnp::array(&a8)).unwrap()), ppermute_ref(&split(&a8, 4), &[(0, 1)]).concat());
 
     let f = shard_map(|x: Array| lax::all_to_all(&x, "i", 0, 0, true), Some(&m), P!("i"), P!("i"));
-    let y = f(x).unwrap();
+    let y = f.call(x).unwrap();
     assert_eq!(ints(&y), vec![3, 5, 5, 9, 1, 9, 3, 7, 4, 2, 5, 1, 1, 6, 8, 2]);
     assert_eq!(ints(&y), all_to_all_ref(&split(&X16, 4)).concat());
 }
@@ -142,14 +142,14 @@ fn axis_index_and_block_shapes() {
         P!("i", "j"),
         P!("i", "j"),
     );
-    let y = f(jnp::zeros(&[12, 12], DType::F32)).unwrap();
+    let y = f.call(jnp::zeros(&[12, 12], DType::F32)).unwrap();
     assert_eq!(y.shape(), vec![4, 2]);
     assert_eq!(ints(&y), vec![0, 1, 10, 11, 20, 21, 30, 31]);
     // psum then untile (§7.2 item 5).
     let f4 = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i", "j"), P!(None, "j"));
-    assert_eq!(f4(jnp::zeros(&[12, 12], DType::F32)).unwrap().shape(), vec![3, 12]);
+    assert_eq!(f4.call(jnp::zeros(&[12, 12], DType::F32)).unwrap().shape(), vec![3, 12]);
     let f5 = shard_map(|x: Array| lax::psum(&x, ("i", "j")), Some(&m), P!("i", "j"), P!(None, None));
-    assert_eq!(f5(jnp::zeros(&[12, 12], DType::F32)).unwrap().shape(), vec![3, 6]);
+    assert_eq!(f5.call(jnp::zeros(&[12, 12], DType::F32)).unwrap().shape(), vec![3, 6]);
 }
 
 #[test]
@@ -158,9 +158,9 @@ fn two_dim_psums_match_inventory() {
     let m = make_mesh(&[2, 2], &["i", "j"], None).unwrap();
     let x = jnp::reshape(&jnp::arange(16), &[4, 4]).unwrap();
     let f = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i", "j"), P!(None, "j"));
-    assert_eq!(ints(&f(x.clone()).unwrap()), vec![8, 10, 12, 14, 16, 18, 20, 22]);
+    assert_eq!(ints(&f.call(x.clone()).unwrap()), vec![8, 10, 12, 14, 16, 18, 20, 22]);
     let f = shard_map(|x: Array| lax::psum(&x, ("i", "j")), Some(&m), P!("i", "j"), P!(None, None));
-    assert_eq!(ints(&f(x).unwrap()), vec![20, 24, 36, 40]);
+    assert_eq!(ints(&f.call(x).unwrap()), vec![20, 24, 36, 40]);
 }
 
 // ---------------------------------------------------------------- 8 devices, 2x4, floats
@@ -178,7 +178,7 @@ fn float_collectives_on_2x4_mesh() {
         P!("i", "j"),
         P!("i", None),
     );
-    let (s, mean, mx) = f(x).unwrap();
+    let (s, mean, mx) = f.call(x).unwrap();
     assert_eq!(s.shape(), vec![4, 4]);
     let (s, mean, mx) = (s.to_vec::<f32>().unwrap(), mean.to_vec::<f32>().unwrap(), mx.to_vec::<f32>().unwrap());
     for r in 0..4 {
@@ -220,11 +220,11 @@ fn eight_devices_eager_and_jit() {
         all_to_all_ref(&blocks).concat(),
     ];
     let x = jnp::array(&data);
-    let eager = f(x.clone()).unwrap();
+    let eager = f.call(x.clone()).unwrap();
     for (got, want) in eager.iter().zip(&want) {
         assert_eq!(&ints(got), want);
     }
-    let jf = jit(move |x: Array| f(x));
+    let jf = jit(move |x: Array| f.call(x));
     let jitted = jf.call(&x).unwrap();
     for (got, want) in jitted.iter().zip(&want) {
         assert_eq!(&ints(got), want);
@@ -232,8 +232,8 @@ fn eight_devices_eager_and_jit() {
     // Floats: psum is bitwise the same eagerly, under jit and from run to run.
     let (xf, host) = jaxrepl_tests::host_array(&[8, 1000], 3);
     let g = shard_map(|x: Array| lax::psum(&x, "x"), Some(&m), P!("x"), P!());
-    let a = g(xf.clone()).unwrap().to_vec::<f32>().unwrap();
-    let jg = jit(move |x: Array| g(x));
+    let a = g.call(xf.clone()).unwrap().to_vec::<f32>().unwrap();
+    let jg = jit(move |x: Array| g.call(x));
     let b = jg.call(&xf).unwrap().to_vec::<f32>().unwrap();
     let c = jg.call(&xf).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(a, b);
@@ -252,7 +252,7 @@ fn sharded_inputs_and_body_ops() {
     let x = jnp::arange(16).astype(DType::F32);
     let xs = device_put(&x, NamedSharding::new(&m, P!("x")).unwrap()).unwrap();
     let f = shard_map(|x: Array| -> Result<Array> { Ok(x.sin() * 2.0 + lax::axis_index("x")?.astype(DType::F32)) }, Some(&m), P!("x"), P!("x"));
-    let y = f(xs).unwrap();
+    let y = f.call(xs).unwrap();
     let v = y.to_vec::<f32>().unwrap();
     for (i, got) in v.iter().enumerate() {
         let want = (i as f32).sin() * 2.0 + (i / 2) as f32;
@@ -263,7 +263,7 @@ fn sharded_inputs_and_body_ops() {
     // The mesh from set_mesh.
     let _g = set_mesh(&m);
     let f = shard_map(|x: Array| lax::psum(&x, "x"), None, P!("x"), P!());
-    assert_eq!(f(x).unwrap().to_vec::<f32>().unwrap(), vec![56.0, 64.0]);
+    assert_eq!(f.call(x).unwrap().to_vec::<f32>().unwrap(), vec![56.0, 64.0]);
 }
 
 // ---------------------------------------------------------------- printing and errors
@@ -273,7 +273,7 @@ fn jaxpr_of_shard_map() {
     setup();
     let m = make_mesh(&[2], &["i"], None).unwrap();
     let f = shard_map(|x: Array| lax::psum(&(x * 2.0), "i"), Some(&m), P!("i"), P!());
-    let j = make_jaxpr(move |x: Array| f(x), jnp::zeros(&[6], DType::F32)).unwrap();
+    let j = make_jaxpr(move |x: Array| f.call(x), jnp::zeros(&[6], DType::F32)).unwrap();
     expect_test::expect![[r#"
         { lambda ; a:f32[6]. let
             b:f32[3] = shard_map[
@@ -290,7 +290,7 @@ fn jaxpr_of_shard_map() {
           in (b,) }"#]]
     .assert_eq(&j.to_string());
     let g = shard_map(|x: Array| lax::all_gather(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
-    let j = make_jaxpr(move |x: Array| g(x), jnp::zeros(&[6], DType::F32)).unwrap();
+    let j = make_jaxpr(move |x: Array| g.call(x), jnp::zeros(&[6], DType::F32)).unwrap();
     let want = "d:f32[6] = all_gather[\n            all_gather_dimension=0\n            axis_index_groups=None\n            axis_name=('i',)\n            axis_size=2\n            tiled=True\n          ] c";
     assert!(j.to_string().contains(want), "{j}");
 }
@@ -312,7 +312,7 @@ fn check_vma_error_matches_jax() {
         x
     }
     let f = shard_map(_rem_singleton, Some(&m), P!("i"), P!());
-    let e = f(jnp::arange(6).astype(DType::F32)).unwrap_err();
+    let e = f.call(jnp::arange(6).astype(DType::F32)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert_eq!(
         e.message,
@@ -323,10 +323,10 @@ fn check_vma_error_matches_jax() {
     );
     // Without the check the first device's block is the result.
     let g = shard_map_with(_rem_singleton, Some(&m), P!("i"), P!(), false);
-    assert_eq!(g(jnp::arange(6).astype(DType::F32)).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0]);
+    assert_eq!(g.call(jnp::arange(6).astype(DType::F32)).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0]);
     // A psum over the axis makes it invariant: no error.
     let h = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i"), P!());
-    assert!(h(jnp::arange(6).astype(DType::F32)).is_ok());
+    assert!(h.call(jnp::arange(6).astype(DType::F32)).is_ok());
 }
 
 #[test]
@@ -334,19 +334,19 @@ fn bad_specs_are_errors() {
     setup();
     let m = mesh4();
     let f = shard_map(|x: Array| x, Some(&m), P!("k"), P!("k"));
-    let e = f(jnp::arange(8)).unwrap_err();
+    let e = f.call(jnp::arange(8)).unwrap_err();
     assert!(e.message.starts_with("Resource axis: k of P('k',) is not found in mesh: ('i',)."), "{e}");
     let f = shard_map(|x: Array| x, Some(&m), P!("i"), P!("i"));
-    let e = f(jnp::arange(6)).unwrap_err();
+    let e = f.call(jnp::arange(6)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("which maps array axis 0 (of size 6) to mesh axis 'i' (of size 4), but 4 does not evenly divide 6"), "{e}");
     let f = shard_map(|x: Array| lax::psum(&x, "k"), Some(&m), P!("i"), P!());
-    let e = f(jnp::arange(8)).unwrap_err();
+    let e = f.call(jnp::arange(8)).unwrap_err();
     assert!(e.message.starts_with("unbound axis name: k."), "{e}");
     let e = lax::psum(&jnp::arange(8), "i").unwrap_err();
     assert!(e.message.starts_with("unbound axis name: i."), "{e}");
     let f = shard_map(|x: Array| x, Some(&m), P!("i", None), P!("i"));
-    assert!(f(jnp::arange(8)).unwrap_err().message.contains("a spec may not be longer than the rank"));
+    assert!(f.call(jnp::arange(8)).unwrap_err().message.contains("a spec may not be longer than the rank"));
 }
 
 // ---------------------------------------------------------------- differentiation
@@ -366,7 +366,7 @@ fn grad_through_psum_matches_finite_differences() {
         [P!("i"), P!()],
         P!(),
     );
-    let g = grad(move |xw: (Array, Array)| sm(xw));
+    let g = grad(move |xw: (Array, Array)| sm.call(xw));
     let (gx, gw) = g((x.clone(), w.clone())).unwrap();
     let loss = |xs: &[f64], ws: &[f64]| -> f64 { (0..8).flat_map(|r| (0..3).map(move |c| (r, c))).map(|(r, c)| (xs[r * 3 + c] * ws[c]).sin()).sum() };
     let fd_x = jaxrepl_tests::central_differences(|v| loss(v, &wh), &xh);
@@ -380,7 +380,7 @@ fn grad_through_psum_matches_finite_differences() {
     // Under jit, and through all_gather (its transpose is psum_scatter): every device
     // returns sin of the whole gathered x, so loss = 4 * sum(sin(x)) and grad = 4 cos(x).
     let sm2 = shard_map(|x: Array| -> Result<Array> { Ok(lax::all_gather(&x, "i", 0, true)?.sin()) }, Some(&m), P!("i"), P!("i"));
-    let g2 = jit(grad(move |x: Array| -> Result<Array> { Ok(sm2(x)?.sum()) }));
+    let g2 = jit(grad(move |x: Array| -> Result<Array> { Ok(sm2.call(x)?.sum()) }));
     let v: Vec<f64> = (0..8).map(|k| k as f64 * 0.3).collect();
     let xv = Array::from_vec(v.iter().map(|&a| a as f32).collect::<Vec<f32>>(), &[8]).unwrap();
     let got = g2.call(&xv).unwrap().to_vec::<f32>().unwrap();

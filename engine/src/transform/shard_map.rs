@@ -53,44 +53,75 @@ impl From<()> for Specs {
     }
 }
 
+/// A function mapped by `shard_map`: call it with `.call(args)` (one pytree; several
+/// arguments are a tuple; `&Array` leaves are accepted), inside or outside `jit`. Cheap to
+/// clone (the function is shared).
+pub struct ShardMapped<A, R> {
+    f: Arc<dyn Fn(A) -> Result<R>>,
+}
+
+impl<A, R> Clone for ShardMapped<A, R> {
+    fn clone(&self) -> Self {
+        ShardMapped { f: self.f.clone() }
+    }
+}
+
+impl<A: Pytree, R: Pytree> ShardMapped<A, R> {
+    /// Runs the mapped function on `args`. Errors: see [`shard_map_with`].
+    pub fn call<X: crate::trace::pytree::Args<A>>(&self, args: X) -> Result<R> {
+        let mut flat = Flat::default();
+        args.flatten_args(&mut flat);
+        let leaves: Vec<Array> = flat
+            .leaves
+            .iter()
+            .map(|l| match l {
+                ArgLeaf::Value(a) => Ok(a.clone()),
+                ArgLeaf::Spec(_) => Err(Error::type_error("shard_map needs array arguments, not ShapeDtypeStructs")),
+            })
+            .collect::<Result<_>>()?;
+        let a = unflatten_like::<A>(&flat.treedef, leaves, flat.statics)?;
+        (self.f)(a)
+    }
+}
+
 /// `jax.shard_map(f, mesh=mesh, in_specs=.., out_specs=..)` with `check_vma=True`: see
 /// [`shard_map_with`].
 #[track_caller]
-pub fn shard_map<'a, A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'a>(
+pub fn shard_map<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
     f: F,
     mesh: Option<&Mesh>,
     in_specs: impl Into<Specs>,
     out_specs: impl Into<Specs>,
-) -> impl Fn(A) -> Result<O::Out> + 'a {
+) -> ShardMapped<A, O::Out> {
     shard_map_with(f, mesh, in_specs, out_specs, true)
 }
 
 /// `jax.shard_map(f, mesh=mesh, in_specs=.., out_specs=.., check_vma=check_vma)`: `f` runs
-/// once per device of `mesh` (`None`: the mesh of `set_mesh`) on that device's block of
-/// each argument leaf (block shape: each dimension divided by the sizes of the mesh axes
-/// its spec entry names) and may call the collectives of `lax` (`psum`, `all_gather`, ...)
-/// over the mesh axes. Each result leaf's blocks are put together by its out_spec: a
-/// dimension naming axes is the concatenation of the devices' blocks along them; an axis
-/// no dimension names means the result is the same on every device along it (checked when
-/// `check_vma`, else the first device's value is taken).
+/// once per device of `mesh` (`None`: the mesh of `set_mesh` at call time) on that
+/// device's block of each argument leaf (block shape: each dimension divided by the sizes
+/// of the mesh axes its spec entry names) and may call the collectives of `lax` (`psum`,
+/// `all_gather`, ...) over the mesh axes. Each result leaf's blocks are put together by its
+/// out_spec: a dimension naming axes is the concatenation of the devices' blocks along
+/// them; an axis no dimension names means the result is the same on every device along it
+/// (checked when `check_vma`, else the first device's value is taken).
 ///
 /// Errors (`ValueError`, at call time): no mesh; a spec naming an axis the mesh lacks or
 /// longer than the argument's rank; a dimension not divisible by its axes' sizes; a
 /// specs count that does not match the leaves; with `check_vma`, an out_spec that asserts
 /// replication the body does not guarantee (JAX's message).
 #[track_caller]
-pub fn shard_map_with<'a, A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'a>(
+pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
     f: F,
     mesh: Option<&Mesh>,
     in_specs: impl Into<Specs>,
     out_specs: impl Into<Specs>,
     check_vma: bool,
-) -> impl Fn(A) -> Result<O::Out> + 'a {
+) -> ShardMapped<A, O::Out> {
     let loc = Location::caller();
     let mesh = mesh.cloned();
     let (in_specs, out_specs) = (in_specs.into(), out_specs.into());
     let name = fn_name::<F>();
-    move |a: A| {
+    let run = move |a: A| -> Result<O::Out> {
         let mesh = mesh.clone().or_else(get_mesh).ok_or_else(|| {
             Error::value_error(format!(
                 "shard_map applied to the function '{name}' needs a mesh: pass Some(&mesh) or call set_mesh(&mesh) first"
@@ -148,7 +179,8 @@ pub fn shard_map_with<'a, A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'a>(
         let ops: Vec<Operand> = traced.consts.into_iter().chain(leaves).map(Operand::Array).collect();
         let results = bind(Primitive::ShardMap(Box::new(params)), ops, loc)?;
         unflatten_like::<O::Out>(&out_flat.treedef, results, out_flat.statics)
-    }
+    };
+    ShardMapped { f: Arc::new(run) }
 }
 
 /// The name JAX would print for `F`: the item name of a `fn`, `<closure>` for a closure.

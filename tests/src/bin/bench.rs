@@ -773,7 +773,7 @@ fn child_multidevice() -> jax::Result<Value> {
     block_until_ready(xs.clone())?;
     let make = || {
         let m = mesh.clone();
-        jit(move |b: Array| shard_map(|b: Array| lax::psum(&b, "i"), Some(&m), P!("i"), P!())(b))
+        jit(move |b: Array| shard_map(|b: Array| lax::psum(&b, "i"), Some(&m), P!("i"), P!()).call(b))
     };
     let mut firsts = vec![];
     let mut f = make();
