@@ -32,7 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, ".cache", "bench")
 DOC = os.path.join(ROOT, "docs", "performance.md")
-JAX_PARTS = "compile,dispatch,throughput,loops,numpy_limits,stream_c"
+JAX_PARTS = "compile,dispatch,throughput,loops,multidevice,numpy_limits,stream_c"
 
 # Machine limits: (part, key, kind, short label). kind "rate" uses rate_at_min (best).
 L_NUMPY_CALL = [("dispatch", "numpy_sin", "time", "numpy sin call")]
@@ -135,6 +135,10 @@ ROWS += [
      ("memory", "mlp_grad_rss_growth"), "value", [], None),
     ("RSS growth over 100k cached jit calls", ("memory", "rss_growth_100k_calls"),
      ("memory", "rss_growth_100k_calls"), "value", [], ("flat", "flat (< 1 MiB)")),
+    ("shard_map psum f32[8,1e6] over 8 devices", ("multidevice", "shard_map_psum"),
+     ("multidevice", "shard_map_psum"), "time", [], None),
+    ("  its first call (trace+compile+run)", ("multidevice", "shard_map_psum/first_call"),
+     ("multidevice", "shard_map_psum/first_call"), "time", [], None),
     ("jaxrepl: start to first prompt", ("session", "start_to_prompt"), None, "time", [],
      ("abs", 200.0, "<= 200 ms")),
     ("jaxrepl: trivial cell 1 + 1", ("session", "trivial_cell"), None, "time", [], None),

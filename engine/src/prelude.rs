@@ -33,6 +33,8 @@ pub use crate::transform::{
 /// Host callbacks with results (`jax.pure_callback`, `jax.experimental.io_callback`).
 pub use crate::transform::callbacks::{io_callback, pure_callback};
 pub use ndarray;
+/// `jax.shard_map` (issue 6): per-device code with the collectives of `lax`.
+pub use crate::transform::shard_map::{shard_map, shard_map_with, ShardMapped, Specs};
 /// `half::bf16`/`half::f16`: host values of bfloat16/float16 arrays
 /// (`Array::from_vec(vec![bf16::from_f32(1.0)], &[1])`, `x.to_vec::<bf16>()`).
 pub use half::{self, bf16, f16};

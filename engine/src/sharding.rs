@@ -1233,3 +1233,54 @@ fn div_mod(a: i64, b: i64) -> (i64, i64) {
     let q = a.div_euclid(b);
     (q, a - q * b)
 }
+
+// ---------------------------------------------------------------- shard_map blocks (issue 6)
+
+/// The block of `x` each device of `ns`'s mesh holds (mesh order), for `shard_map`: the
+/// shards themselves when `x` is already sharded by `ns`, else blocks sliced from its value
+/// (waiting for it); a block that is the whole array shares `x`'s buffer. Every block is
+/// committed to its device. Errors: `x`'s computation failed; a shape `ns` does not divide.
+pub(crate) fn shard_blocks(x: &Arc<DeviceArray>, ns: &NamedSharding) -> Result<Vec<Arc<DeviceArray>>> {
+    if let Some(sh) = x.sharded_info() {
+        if sh.sharding.mesh == ns.mesh && same_spec(&sh.sharding.spec, &ns.spec) {
+            if let Some(shards) = sh.shards.get() {
+                return Ok(shards.iter().map(|s| s.data.clone()).collect());
+            }
+        }
+    }
+    let blocks = ns.blocks(&x.aval.shape)?;
+    let whole = x.wait()?;
+    Ok(blocks
+        .into_iter()
+        .map(|(dev, index)| {
+            let place = Placement { device: dev, committed: true };
+            if index.iter().all(|i| i.2) {
+                DeviceArray::ready_on(x.aval.strong(), whole.clone(), place)
+            } else {
+                let b = slice_block(&whole, &index);
+                DeviceArray::ready_on(b.aval().clone(), Arc::new(b), place)
+            }
+        })
+        .collect())
+}
+
+/// Specs equal up to trailing `None` entries.
+fn same_spec(a: &PartitionSpec, b: &PartitionSpec) -> bool {
+    let n = a.0.len().max(b.0.len());
+    (0..n).all(|d| a.axes(d) == b.axes(d))
+}
+
+/// An array of `aval` sharded by `ns` whose shards are `shards` (one per mesh device, in
+/// mesh order; each is that device's block): `shard_map`'s results, assembled without
+/// copying. Its whole value is gathered only when something needs it.
+pub(crate) fn from_shards(aval: ShapedArray, ns: NamedSharding, shards: Vec<Arc<DeviceArray>>) -> Result<Arc<DeviceArray>> {
+    let blocks = ns.blocks(&aval.shape)?;
+    if blocks.len() != shards.len() {
+        return Err(Error::runtime(format!("internal: {} shards for a mesh of {} devices", shards.len(), blocks.len())));
+    }
+    let bufs: Vec<ShardBuf> = blocks.into_iter().zip(shards).map(|((device, index), data)| ShardBuf { device, index, data }).collect();
+    let first = ns.mesh.device_ids()[0];
+    let sh = Sharded { sharding: ns, shards: OnceLock::new(), gather_on_wait: true };
+    let _ = sh.shards.set(bufs);
+    Ok(DeviceArray::sharded(aval, Placement { device: first, committed: true }, sh, None))
+}

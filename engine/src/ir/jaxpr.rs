@@ -321,6 +321,11 @@ pub enum Primitive {
         base_dilation: Vec<usize>,
         window_dilation: Vec<usize>,
     },
+    // -- shard_map (issue 6) --
+    /// a collective over named mesh axes inside `shard_map` (`psum`, `all_gather`, ...)
+    Collective(super::parallel::Collective),
+    /// `shard_map`: the body runs once per device of the mesh on its blocks
+    ShardMap(Box<super::parallel::ShardMapParams>),
 }
 
 impl Primitive {
@@ -424,6 +429,8 @@ impl Primitive {
             ReduceWindow { op: WindowOp::Sum, .. } => "reduce_window_sum",
             ReduceWindow { op: WindowOp::Max, .. } => "reduce_window_max",
             ReduceWindow { op: WindowOp::Min, .. } => "reduce_window_min",
+            Collective(c) => c.name(),
+            ShardMap(_) => "shard_map",
         }
     }
 
@@ -445,6 +452,7 @@ impl Primitive {
             Primitive::CustomJvpCall { call_jaxpr, .. } | Primitive::CustomVjpCall { call_jaxpr, .. } => vec![call_jaxpr],
             Primitive::Checkpoint { jaxpr, .. } => vec![jaxpr],
             Primitive::Pjit { jaxpr, .. } => vec![&jaxpr.jaxpr],
+            Primitive::ShardMap(p) => vec![&p.jaxpr],
             _ => vec![],
         }
     }

@@ -5,6 +5,7 @@ pub mod array_ops;
 pub mod aval;
 pub mod dtype;
 pub mod jaxpr;
+pub mod parallel;
 pub mod pretty;
 pub mod pretty_ops;
 pub mod precision;
@@ -13,5 +14,6 @@ pub use array_ops::{ConvDims, CumOp, GatherDims, GatherMode, ScatterDims, Scatte
 pub use aval::{ShapeDtypeStruct, ShapedArray};
 pub use dtype::{DType, Scalar};
 pub use jaxpr::{Atom, CallbackId, VmapMethod, RematPolicy, RuleId, ClosedJaxpr, Eqn, Jaxpr, Literal, Primitive, SourceInfo, Var};
+pub use parallel::{Collective, ShardMapParams};
 pub use pretty::print_jaxpr;
 pub use precision::{DotAlgorithmPreset, DotPrecision, IntoPrecision, Precision};

@@ -149,6 +149,8 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             ("sharding".into(), "None".into()),
         ],
         Pjit { name, .. } => vec![("name".into(), name.clone())],
+        Collective(c) => c.params(),
+        ShardMap(p) => p.params(),
         While { cond_nconsts, body_nconsts, .. } => vec![
             ("body_nconsts".into(), body_nconsts.to_string()),
             ("cond_nconsts".into(), cond_nconsts.to_string()),

@@ -4,6 +4,7 @@
 
 pub mod array_ops;
 pub mod control;
+pub mod parallel;
 pub mod precision;
 pub mod promotion;
 pub mod shape;
@@ -11,6 +12,7 @@ pub mod shape_ops;
 
 pub use array_ops::*;
 pub use promotion::promote_types;
+pub use parallel::{all_gather, all_to_all, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum, psum_scatter};
 pub use control::{cond, fori_loop, fori_loop_dynamic, map, scan, switch, while_loop};
 
 use crate::error::{Error, Result};

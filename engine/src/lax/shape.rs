@@ -186,6 +186,8 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
         }
         DebugCallback { .. } => Ok(vec![]),
         PureCallback { result_avals, .. } | IoCallback { result_avals, .. } => Ok(result_avals.clone()),
+        Collective(c) => super::parallel::abstract_eval(c, ins),
+        ShardMap(sm) => crate::transform::shard_map::abstract_eval(sm, ins),
         Pjit { jaxpr, .. } => {
             let want = jaxpr.jaxpr.in_avals();
             if want.len() != ins.len() || want.iter().zip(ins).any(|(w, i)| w.shape != i.shape || w.dtype != i.dtype) {

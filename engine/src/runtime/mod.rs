@@ -3,6 +3,7 @@
 
 pub mod buffer;
 pub mod callbacks;
+pub mod collectives;
 pub mod dispatch;
 pub mod interrupt;
 pub mod memory;

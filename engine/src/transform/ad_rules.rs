@@ -126,6 +126,7 @@ pub fn jvp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ts: &[Opt], out_av
             (None, None) => unreachable!(),
         },
         AddAny => add_opt(ts[0].clone(), ts[1].clone())?.expect("some tangent"),
+        Collective(c) => super::shard_map::collective_jvp(c, &t(0)?)?,
         Sub => match (&ts[0], &ts[1]) {
             (Some(a), Some(b)) => bin(Sub, arr(a), arr(b))?,
             (Some(a), None) => a.clone(),
@@ -269,6 +270,7 @@ pub fn vjp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ct: &Array) -> Res
     match p {
         _ if p.is_unary_elementwise() => Ok(vec![back(0, mul(ct, &unary_factor(p, &ins[0], &outs[0])?)?)?]),
         Add | AddAny => Ok(vec![back(0, ct.clone())?, back(1, ct.clone())?]),
+        Collective(c) => Ok(vec![back(0, super::shard_map::collective_vjp(c, ct)?)?]),
         Sub => Ok(vec![back(0, ct.clone())?, back(1, neg(ct)?)?]),
         Mul => Ok(vec![back(0, mul(ct, &ins[1])?)?, back(1, mul(ct, &ins[0])?)?]),
         Div => Ok(vec![back(0, div(ct, &ins[1])?)?, back(1, neg(&mul(ct, &div(&outs[0], &ins[1])?)?)?)?]),

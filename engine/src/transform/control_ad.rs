@@ -63,6 +63,7 @@ pub fn control_jvp(p: &Primitive, ins: &[Array], ts: &[Option<Array>]) -> Result
         Primitive::Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => {
             scan_jvp(jaxpr, *length, *reverse, *unroll, *num_consts, *num_carry, ins, ts)
         }
+        Primitive::ShardMap(sm) => super::shard_map::jvp(sm, ins, ts),
         _ => Err(Error::type_error(format!("{} is not control flow", p.name()))),
     }
 }
@@ -261,6 +262,7 @@ pub fn control_vjp(p: &Primitive, ins: &[Array], cts: &[Option<Array>]) -> Resul
         Primitive::Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => {
             scan_vjp(jaxpr, *length, *reverse, *unroll, *num_consts, *num_carry, ins, cts)
         }
+        Primitive::ShardMap(sm) => super::shard_map::vjp(sm, ins, cts),
         _ => Err(Error::type_error(format!("{} is not control flow", p.name()))),
     }
 }

@@ -345,6 +345,10 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         }
         let _span = crate::profiler::span("jit", || format!("PjitFunction({})", self.inner.name));
         let (entry, traced_now) = self.lookup_or_trace(&flat, loc)?;
+        if crate::transform::shard_map::contains_shard_map(&entry.jaxpr.jaxpr) {
+            // shard_map (issue 6): equation by equation; its body runs per device.
+            return self.call_shard_map(&entry, &flat);
+        }
         let was_compiled = entry.compiled.get().is_some();
         let t0 = (!was_compiled).then(Instant::now);
         let art = self.compiled(&entry)?;
@@ -393,6 +397,18 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             }
             dispatch::barrier()?;
         }
+        crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
+    }
+
+    /// Runs a jaxpr holding `shard_map` equations with `eval_jaxpr`: each other equation
+    /// compiled once per signature, each `shard_map` body run per device.
+    fn call_shard_map(&self, entry: &CacheEntry, flat: &Flat) -> Result<R> {
+        let consts: Vec<Array> = entry.jaxpr.consts.iter().map(|b| Array::from_buffer((**b).clone(), false)).collect();
+        let args: Vec<Array> = flat.leaves.iter().filter_map(|l| match l {
+            ArgLeaf::Value(a) => Some(a.clone()),
+            ArgLeaf::Spec(_) => None,
+        }).collect();
+        let outs = super::interp::eval_jaxpr(&entry.jaxpr.jaxpr, &consts, &args)?;
         crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
     }
 

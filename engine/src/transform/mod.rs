@@ -25,3 +25,5 @@ pub mod batching_ops;
 pub use batching::{vmap, vmap_axes};
 pub mod control_ad;
 pub mod custom;
+pub mod shard_map;
+pub use shard_map::{shard_map, shard_map_with, ShardMapped, Specs};

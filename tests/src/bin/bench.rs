@@ -8,7 +8,8 @@
 //! `memory`. A workload the engine cannot run is `null` with a reason under `notes`.
 //!
 //! Usage: `bench [--only compile,dispatch,throughput,loops,train,memory] [--quick]`.
-//! `bench --child mlp_grad_rss` is the child process that measures peak RSS.
+//! `bench --child mlp_grad_rss` is the child process that measures peak RSS;
+//! `bench --child multidevice [--quick]` the one with 8 devices (part `multidevice`).
 
 use jax::prelude::*;
 use jax::transform::pipeline::clear_executable_cache;
@@ -21,7 +22,7 @@ type Params = Vec<(Array, Array)>;
 /// `--key SUBSTRING`: run only the workloads with a key containing it (for debugging).
 static KEY_FILTER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
-const PARTS: &[&str] = &["compile", "dispatch", "throughput", "loops", "train", "memory"];
+const PARTS: &[&str] = &["compile", "dispatch", "throughput", "loops", "train", "memory", "multidevice"];
 
 /// Settings shared by all parts (JAX's `--reps`, `--compile-reps`).
 #[derive(Clone, Copy)]
@@ -753,6 +754,82 @@ fn part_memory(o: &Opts) -> Part {
 }
 
 // ------------------------------------------------------------------------------------
+// part: multidevice (8 devices: a child process, as jax_bench.py runs JAX's with
+// XLA_FLAGS=--xla_force_host_platform_device_count=8)
+// ------------------------------------------------------------------------------------
+
+/// The child of part `multidevice`: 8 devices, `jit(shard_map(psum))` over f32[8, 1e6]
+/// sharded by rows (JAX's `shard_map_psum` workload), first call and steady state.
+/// Prints `{"metrics": {..}}`.
+fn child_multidevice() -> jax::Result<Value> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let o = if quick { Opts { reps: 3, compile_reps: 3, cap_s: 1.0 } } else { Opts { reps: 7, compile_reps: 5, cap_s: 3.0 } };
+    jax::config::update_int("jax_num_cpu_devices", 8)?;
+    let ndev = device_count();
+    let mesh = make_mesh(&[ndev], &["i"], None)?;
+    let mut rng = Rng(0x5EED);
+    let x = rng.normal(&[ndev, 1_000_000], 1.0);
+    let xs = device_put(&x, NamedSharding::new(&mesh, P!("i"))?)?;
+    block_until_ready(xs.clone())?;
+    let make = || {
+        let m = mesh.clone();
+        jit(move |b: Array| shard_map(|b: Array| lax::psum(&b, "i"), Some(&m), P!("i"), P!()).call(b))
+    };
+    let mut firsts = vec![];
+    let mut f = make();
+    for _ in 0..o.compile_reps {
+        f = make();
+        let t0 = Instant::now();
+        block_until_ready(f.call(&xs)?)?;
+        firsts.push(t0.elapsed().as_secs_f64());
+    }
+    let mut metrics = Map::new();
+    metrics.insert("shard_map_psum/first_call".into(), Value::Object(metric("shard_map psum: first call (trace+compile+run)", &firsts, "ms", None)));
+    let (s, inner, _) = bench(&o, 0.1, 1, || block_until_ready(f.call(&xs)?).map(|_| ()))?;
+    let mut m = metric(
+        &format!("shard_map psum f32[{ndev},1e6] over {ndev} CPU devices"),
+        &s,
+        "ms",
+        Some((4.0 * ndev as f64 * 1e6, "GB/s(input)")),
+    );
+    m.insert("inner".into(), json!(inner));
+    metrics.insert("shard_map_psum".into(), Value::Object(m));
+    Ok(json!({"metrics": metrics, "n_devices": ndev}))
+}
+
+fn part_multidevice(o: &Opts) -> Part {
+    let mut part = Part::default();
+    part.run(&["shard_map_psum", "shard_map_psum/first_call"], |p| {
+        let exe = std::env::current_exe().map_err(|e| jax::Error::value_error(e.to_string()))?;
+        let mut args = vec!["--child", "multidevice"];
+        if o.cap_s < 3.0 {
+            args.push("--quick");
+        }
+        let out = std::process::Command::new(exe)
+            .args(&args)
+            .output()
+            .map_err(|e| jax::Error::value_error(format!("cannot start the child process: {e}")))?;
+        if !out.status.success() {
+            return Err(jax::Error::value_error(format!(
+                "child process failed ({}): {}",
+                out.status,
+                first_line(String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""))
+            )));
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| jax::Error::value_error(e.to_string()))?;
+        if let Some(ms) = v["metrics"].as_object() {
+            for (k, m) in ms {
+                if let Some(m) = m.as_object() {
+                    p.put(k, m.clone());
+                }
+            }
+        }
+        Ok(())
+    });
+    part
+}
+
+// ------------------------------------------------------------------------------------
 
 fn loadavg() -> Value {
     std::fs::read_to_string("/proc/loadavg")
@@ -766,6 +843,7 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let r = match args.get(i + 1).map(|s| s.as_str()) {
             Some("mlp_grad_rss") => child_mlp_grad_rss(),
+            Some("multidevice") => child_multidevice(),
             other => Err(jax::Error::value_error(format!("unknown child {other:?}"))),
         };
         match r {
@@ -804,6 +882,7 @@ fn main() {
             "throughput" => part_throughput(&o),
             "loops" => part_loops(&o),
             "train" => part_train(&o),
+            "multidevice" => part_multidevice(&o),
             _ => part_memory(&o),
         };
         parts.insert(

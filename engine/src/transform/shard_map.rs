@@ -1,0 +1,653 @@
+//! `shard_map`: per-device programming with explicit collectives (JAX's `jax.shard_map`).
+//!
+//! The function is traced once on the per-device block types into a body jaxpr (mesh
+//! axes bound for its collectives) and bound as one `shard_map` equation, so it is staged
+//! into an enclosing `jit` or runs at once. Running it splits each operand into blocks by
+//! its in_spec (reusing the shards of an array already sharded that way), runs the body
+//! once per device on its own thread (each equation bound eagerly, compiled once per
+//! signature, and placed on that device; collectives meet at the rendezvous of
+//! `runtime::collectives`), and assembles the results as arrays sharded by the out_specs
+//! whose shards are the devices' own results (no copy).
+//!
+//! Invariant: with `check_vma`, an output whose out_spec omits a mesh axis is proved
+//! invariant over that axis (it went through a `psum`/`pmax`/`pmin` over it, or never
+//! depended on a value varying over it) before anything runs; JAX's error otherwise.
+//! Reference semantics: `shard_map(f, P('i'), P('i'))(y)` equals the concatenation of `f`
+//! applied to each block of `y` (JAX's shard-map page).
+
+use super::interp::{atom_array, operand, trace_to_jaxpr, Env};
+use crate::error::{Error, Result};
+use crate::ir::{Atom, Collective, Jaxpr, Primitive, ShapedArray, ShardMapParams};
+use crate::runtime::collectives::MeshRun;
+use crate::runtime::DeviceArray;
+use crate::sharding::{get_mesh, Mesh, NamedSharding, PartitionSpec};
+use crate::trace::pytree::{flatten_value, unflatten_like, ArgLeaf, Flat, Pytree};
+use crate::trace::{bind, Array, Operand};
+use super::jit::TraceOutput;
+use std::panic::Location;
+use std::sync::Arc;
+
+/// The specs of a `shard_map`'s arguments or results: one `PartitionSpec` per leaf, or
+/// one for all leaves. `P!("i")`, `[P!("i"), P!()]`, `vec![..]` and `()` (no leaves) convert.
+#[derive(Clone, Debug, Default)]
+pub struct Specs(pub Vec<PartitionSpec>);
+
+impl From<PartitionSpec> for Specs {
+    fn from(p: PartitionSpec) -> Self {
+        Specs(vec![p])
+    }
+}
+impl From<Vec<PartitionSpec>> for Specs {
+    fn from(p: Vec<PartitionSpec>) -> Self {
+        Specs(p)
+    }
+}
+impl<const N: usize> From<[PartitionSpec; N]> for Specs {
+    fn from(p: [PartitionSpec; N]) -> Self {
+        Specs(p.to_vec())
+    }
+}
+impl From<()> for Specs {
+    fn from(_: ()) -> Self {
+        Specs(vec![])
+    }
+}
+
+/// A function mapped by `shard_map`: call it with `.call(args)` (one pytree; several
+/// arguments are a tuple; `&Array` leaves are accepted), inside or outside `jit`. Cheap to
+/// clone (the function is shared).
+pub struct ShardMapped<A, R> {
+    f: Arc<dyn Fn(A) -> Result<R>>,
+}
+
+impl<A, R> Clone for ShardMapped<A, R> {
+    fn clone(&self) -> Self {
+        ShardMapped { f: self.f.clone() }
+    }
+}
+
+impl<A: Pytree, R: Pytree> ShardMapped<A, R> {
+    /// Runs the mapped function on `args`. Errors: see [`shard_map_with`].
+    pub fn call<X: crate::trace::pytree::Args<A>>(&self, args: X) -> Result<R> {
+        let mut flat = Flat::default();
+        args.flatten_args(&mut flat);
+        let leaves: Vec<Array> = flat
+            .leaves
+            .iter()
+            .map(|l| match l {
+                ArgLeaf::Value(a) => Ok(a.clone()),
+                ArgLeaf::Spec(_) => Err(Error::type_error("shard_map needs array arguments, not ShapeDtypeStructs")),
+            })
+            .collect::<Result<_>>()?;
+        let a = unflatten_like::<A>(&flat.treedef, leaves, flat.statics)?;
+        (self.f)(a)
+    }
+}
+
+/// `jax.shard_map(f, mesh=mesh, in_specs=.., out_specs=..)` with `check_vma=True`: see
+/// [`shard_map_with`].
+#[track_caller]
+pub fn shard_map<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
+    f: F,
+    mesh: Option<&Mesh>,
+    in_specs: impl Into<Specs>,
+    out_specs: impl Into<Specs>,
+) -> ShardMapped<A, O::Out> {
+    shard_map_with(f, mesh, in_specs, out_specs, true)
+}
+
+/// `jax.shard_map(f, mesh=mesh, in_specs=.., out_specs=.., check_vma=check_vma)`: `f` runs
+/// once per device of `mesh` (`None`: the mesh of `set_mesh` at call time) on that
+/// device's block of each argument leaf (block shape: each dimension divided by the sizes
+/// of the mesh axes its spec entry names) and may call the collectives of `lax` (`psum`,
+/// `all_gather`, ...) over the mesh axes. Each result leaf's blocks are put together by its
+/// out_spec: a dimension naming axes is the concatenation of the devices' blocks along
+/// them; an axis no dimension names means the result is the same on every device along it
+/// (checked when `check_vma`, else the first device's value is taken).
+///
+/// Errors (`ValueError`, at call time): no mesh; a spec naming an axis the mesh lacks or
+/// longer than the argument's rank; a dimension not divisible by its axes' sizes; a
+/// specs count that does not match the leaves; with `check_vma`, an out_spec that asserts
+/// replication the body does not guarantee (JAX's message).
+#[track_caller]
+pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
+    f: F,
+    mesh: Option<&Mesh>,
+    in_specs: impl Into<Specs>,
+    out_specs: impl Into<Specs>,
+    check_vma: bool,
+) -> ShardMapped<A, O::Out> {
+    let loc = Location::caller();
+    let mesh = mesh.cloned();
+    let (in_specs, out_specs) = (in_specs.into(), out_specs.into());
+    let name = fn_name::<F>();
+    let run = move |a: A| -> Result<O::Out> {
+        let mesh = mesh.clone().or_else(get_mesh).ok_or_else(|| {
+            Error::value_error(format!(
+                "shard_map applied to the function '{name}' needs a mesh: pass Some(&mesh) or call set_mesh(&mesh) first"
+            ))
+        })?;
+        let mut flat = Flat::default();
+        a.flatten(&mut flat);
+        let leaves: Vec<Array> = flat
+            .leaves
+            .iter()
+            .map(|l| match l {
+                ArgLeaf::Value(a) => Ok(a.clone()),
+                ArgLeaf::Spec(_) => Err(Error::type_error("shard_map needs array arguments, not ShapeDtypeStructs")),
+            })
+            .collect::<Result<_>>()?;
+        let ins = broadcast(&in_specs, leaves.len(), "in_specs", &name)?;
+        let mut block_avals = Vec::with_capacity(leaves.len());
+        for (i, (x, spec)) in leaves.iter().zip(&ins).enumerate() {
+            block_avals.push(block_aval(&mesh, spec, &x.aval(), &name, i)?);
+        }
+        let axes: Vec<(String, usize)> = mesh.axis_names().iter().cloned().zip(mesh.axis_sizes().iter().copied()).collect();
+        let mut out_flat = Flat::default();
+        let traced = {
+            let _env = crate::lax::parallel::bind_axes(&axes);
+            trace_to_jaxpr("shard_map", &block_avals, |tracers| {
+                let a = unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone())?;
+                let r = f(a).into_result()?;
+                out_flat = flatten_value(&r);
+                out_flat
+                    .leaves
+                    .iter()
+                    .map(|l| match l {
+                        ArgLeaf::Value(a) => Ok(a.clone()),
+                        ArgLeaf::Spec(_) => Err(Error::type_error("shard_map outputs must be arrays")),
+                    })
+                    .collect()
+            })?
+        };
+        let mut jaxpr = traced.jaxpr;
+        // Constants of the body become leading operands, replicated (`P()`).
+        let nconst = jaxpr.constvars.len();
+        let mut invars = std::mem::take(&mut jaxpr.constvars);
+        invars.append(&mut jaxpr.invars);
+        jaxpr.invars = invars;
+        let mut specs = vec![PartitionSpec::default(); nconst];
+        specs.extend(ins);
+        let outs = broadcast(&out_specs, jaxpr.outvars.len(), "out_specs", &name)?;
+        for (k, (o, spec)) in jaxpr.outvars.iter().zip(&outs).enumerate() {
+            check_spec(&mesh, spec, o.aval().ndim(), &name, &format!("out_specs[{k}]"))?;
+        }
+        if check_vma {
+            check_replication(&jaxpr, &specs, &outs, &mesh, &name)?;
+        }
+        let params = ShardMapParams { jaxpr, mesh, in_specs: specs, out_specs: outs, check_vma, name: name.clone() };
+        let ops: Vec<Operand> = traced.consts.into_iter().chain(leaves).map(Operand::Array).collect();
+        let results = bind(Primitive::ShardMap(Box::new(params)), ops, loc)?;
+        unflatten_like::<O::Out>(&out_flat.treedef, results, out_flat.statics)
+    };
+    ShardMapped { f: Arc::new(run) }
+}
+
+/// The name JAX would print for `F`: the item name of a `fn`, `<closure>` for a closure.
+fn fn_name<F>() -> String {
+    let t = std::any::type_name::<F>();
+    if t.contains("{{closure}}") {
+        return "<closure>".into();
+    }
+    t.rsplit("::").next().unwrap_or("f").to_string()
+}
+
+/// `specs` for `n` leaves: one per leaf, or one repeated.
+fn broadcast(specs: &Specs, n: usize, what: &str, name: &str) -> Result<Vec<PartitionSpec>> {
+    match specs.0.len() {
+        k if k == n => Ok(specs.0.clone()),
+        1 => Ok(vec![specs.0[0].clone(); n]),
+        k => Err(Error::value_error(format!(
+            "shard_map applied to the function '{name}' was given {k} {what} for {n} array leaves: give one PartitionSpec per leaf, or one for all"
+        ))),
+    }
+}
+
+fn mesh_text(mesh: &Mesh) -> String {
+    format!(
+        "The mesh given has shape {} with corresponding axis names {}.",
+        crate::ir::pretty::py_tuple(mesh.axis_sizes()),
+        crate::ir::parallel::names_tuple(mesh.axis_names())
+    )
+}
+
+/// Checks that `spec` names only axes of `mesh`, each once, and fits rank `ndim`.
+fn check_spec(mesh: &Mesh, spec: &PartitionSpec, ndim: usize, name: &str, what: &str) -> Result<()> {
+    let mut seen: Vec<&String> = vec![];
+    for e in &spec.0 {
+        for a in &e.0 {
+            if mesh.axis_size(a).is_none() {
+                return Err(Error::value_error(format!(
+                    "Resource axis: {a} of {spec:?} is not found in mesh: {}. ({what} of shard_map applied to the function '{name}'; {})",
+                    crate::ir::parallel::names_tuple(mesh.axis_names()),
+                    mesh_text(mesh)
+                )));
+            }
+            if seen.contains(&a) {
+                return Err(Error::value_error(format!("{what} {spec:?} of shard_map uses mesh axis '{a}' twice")));
+            }
+            seen.push(a);
+        }
+    }
+    if spec.0.len() > ndim {
+        return Err(Error::value_error(format!(
+            "shard_map applied to the function '{name}' was given {what} of value {spec:?} for a value of rank {ndim}: a spec may not be longer than the rank"
+        )));
+    }
+    Ok(())
+}
+
+/// The per-device block type of an argument of type `aval` split by `spec`.
+fn block_aval(mesh: &Mesh, spec: &PartitionSpec, aval: &ShapedArray, name: &str, i: usize) -> Result<ShapedArray> {
+    check_spec(mesh, spec, aval.ndim(), name, &format!("in_specs[{i}]"))?;
+    let mut b = aval.clone();
+    for (d, n) in b.shape.iter_mut().enumerate() {
+        let axes = spec.axes(d);
+        let parts: usize = axes.iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product();
+        if *n % parts != 0 {
+            let names: Vec<String> = axes.iter().map(|a| format!("'{a}'")).collect();
+            return Err(Error::value_error(format!(
+                "shard_map applied to the function '{name}' was given argument arrays with axis sizes that are not evenly divisible by the corresponding mesh axis sizes:\n\n{}\n\n* args[{i}] of shape {}, corresponds to in_specs[{i}] of value {spec:?}, which maps array axis {d} (of size {n}) to mesh axis {} (of size {parts}), but {parts} does not evenly divide {n}\n\nArray arguments' axis sizes must be evenly divisible by the mesh axis or axes indicated by the corresponding elements of the argument's in_specs entry. Consider checking that in_specs are correct, and if so consider changing the mesh axis sizes or else padding the input and adapting '{name}' appropriately.",
+                mesh_text(mesh),
+                aval.short(),
+                names.join(", "),
+            )));
+        }
+        *n /= parts;
+    }
+    Ok(b)
+}
+
+/// The global type of a result whose per-device block is `block`, assembled by `spec`.
+fn global_aval(mesh: &Mesh, spec: &PartitionSpec, block: &ShapedArray) -> ShapedArray {
+    let mut g = block.strong();
+    for (d, n) in g.shape.iter_mut().enumerate() {
+        *n *= spec.axes(d).iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product::<usize>();
+    }
+    g
+}
+
+/// The type rule of a `shard_map` equation: operands must have the global types the
+/// body's blocks come from; results are the body's blocks assembled by the out_specs.
+pub fn abstract_eval(p: &ShardMapParams, ins: &[ShapedArray]) -> Result<Vec<ShapedArray>> {
+    if ins.len() != p.jaxpr.invars.len() || ins.len() != p.in_specs.len() {
+        return Err(Error::type_error(format!("shard_map: expected {} operands, got {}", p.jaxpr.invars.len(), ins.len())));
+    }
+    for (i, ((a, v), spec)) in ins.iter().zip(&p.jaxpr.invars).zip(&p.in_specs).enumerate() {
+        let b = block_aval(&p.mesh, spec, a, &p.name, i)?;
+        if b.shape != v.aval.shape || b.dtype != v.aval.dtype {
+            return Err(Error::type_error(format!("shard_map: operand {i} of type {} gives blocks {} but the body takes {}", a.short(), b.short(), v.aval.short())));
+        }
+    }
+    Ok(p.jaxpr.outvars.iter().zip(&p.out_specs).map(|(o, s)| global_aval(&p.mesh, s, o.aval())).collect())
+}
+
+// ---------------------------------------------------------------- replication check
+
+/// Bit set of mesh axes (by index) a value varies over.
+type Vma = u64;
+
+fn axes_mask(mesh: &Mesh, axes: &[String]) -> Vma {
+    axes.iter().filter_map(|a| mesh.axis_names().iter().position(|n| n == a)).fold(0, |m, k| m | (1 << k))
+}
+
+fn spec_mask(mesh: &Mesh, spec: &PartitionSpec) -> Vma {
+    spec.0.iter().fold(0, |m, e| m | axes_mask(mesh, &e.0))
+}
+
+/// The axes each output of `j` varies over, given those of its inputs (JAX's varying
+/// manual axes: reductions over an axis make a value invariant along it; `axis_index`
+/// and the other collectives make it vary; any other equation varies where an operand does).
+fn output_vma(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> Vec<Vma> {
+    let mut env: std::collections::HashMap<u32, Vma> = j.invars.iter().zip(ins).map(|(v, m)| (v.id, *m)).collect();
+    for v in &j.constvars {
+        env.insert(v.id, 0);
+    }
+    let get = |env: &std::collections::HashMap<u32, Vma>, a: &Atom| match a {
+        Atom::Var(v) => env.get(&v.id).copied().unwrap_or(0),
+        Atom::Lit(_) => 0,
+    };
+    for e in &j.eqns {
+        let union = e.inputs.iter().fold(0, |m, a| m | get(&env, a));
+        let out = match &e.primitive {
+            Primitive::Collective(c @ (Collective::Psum { .. } | Collective::Pmax { .. } | Collective::Pmin { .. })) => {
+                union & !axes_mask(mesh, c.axes())
+            }
+            Primitive::Collective(c) => union | axes_mask(mesh, c.axes()),
+            _ => union,
+        };
+        for o in &e.outputs {
+            env.insert(o.id, out);
+        }
+    }
+    j.outvars.iter().map(|a| get(&env, a)).collect()
+}
+
+/// JAX's check of out_specs that assert replication (`check_vma`).
+fn check_replication(j: &Jaxpr, in_specs: &[PartitionSpec], out_specs: &[PartitionSpec], mesh: &Mesh, name: &str) -> Result<()> {
+    let ins: Vec<Vma> = in_specs.iter().map(|s| spec_mask(mesh, s)).collect();
+    let outs = output_vma(j, &ins, mesh);
+    let names = mesh.axis_names();
+    let list = |m: Vma| -> Vec<String> { (0..names.len()).filter(|k| m & (1 << k) != 0).map(|k| format!("'{}'", names[k])).collect() };
+    let phrase = |l: &[String]| if l.len() == 1 { format!("mesh axis {}", l[0]) } else { format!("mesh axes ({})", l.join(", ")) };
+    for (k, (vma, spec)) in outs.iter().zip(out_specs).enumerate() {
+        let all: Vma = (1 << names.len()) - 1;
+        let replicated = all & !spec_mask(mesh, spec);
+        if vma & replicated == 0 {
+            continue;
+        }
+        let which = if out_specs.len() == 1 { "out_specs".to_string() } else { format!("out_specs[{k}]") };
+        let inferred = list(replicated & !vma);
+        let inferred = if inferred.is_empty() { "could not infer replication over any axes".to_string() } else { format!("could only infer replication over {}", phrase(&inferred)) };
+        return Err(Error::value_error(format!(
+            "shard_map applied to the function '{name}' was given out_specs which require replication which can't be statically inferred given the mesh:\n\n{}\n\n{which} is {spec:?} which implies that the corresponding output value is replicated across {}, but {inferred}\n\nCheck if these output values are meant to be replicated over those mesh axes. If not, consider revising the corresponding out_specs entries. If so, consider disabling the check by passing the check_vma=False argument to `jax.shard_map`.",
+            mesh_text(mesh),
+            phrase(&list(replicated)),
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- execution
+
+/// Runs a `shard_map` equation on concrete operands: blocks per device, the body on one
+/// thread per device, results assembled as sharded arrays.
+/// Errors: the first device's error (in mesh order) other than "another device failed".
+pub(crate) fn execute(p: &ShardMapParams, inputs: &[Arc<DeviceArray>]) -> Result<Vec<Array>> {
+    let mesh = &p.mesh;
+    let n = mesh.size();
+    let mut blocks: Vec<Vec<Arc<DeviceArray>>> = Vec::with_capacity(inputs.len());
+    for (x, spec) in inputs.iter().zip(&p.in_specs) {
+        let ns = NamedSharding::new(mesh, spec.clone())?;
+        blocks.push(crate::sharding::shard_blocks(x, &ns)?);
+    }
+    let run = MeshRun::new(mesh);
+    let ids = mesh.device_ids().to_vec();
+    let results: Vec<Result<Vec<Array>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|k| {
+                let args: Vec<Array> = blocks.iter().map(|b| Array::from_device(b[k].clone())).collect();
+                let run = run.clone();
+                let jaxpr = &p.jaxpr;
+                let id = ids[k];
+                std::thread::Builder::new().name(format!("shard_map-cpu{id}")).spawn_scoped(s, move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.as_device(k, || eval_body(jaxpr, &args))));
+                    let r = r.unwrap_or_else(|_| Err(Error::runtime(format!("shard_map: the body panicked on cpu:{id}"))));
+                    if r.is_err() {
+                        run.poison();
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| Err(Error::runtime("shard_map: a device thread panicked"))),
+                Err(e) => {
+                    run.poison();
+                    Err(Error::runtime(format!("shard_map: cannot start a device thread: {e}")))
+                }
+            })
+            .collect()
+    });
+    let mut per_device = Vec::with_capacity(n);
+    let mut first_err: Option<Error> = None;
+    for r in results {
+        match r {
+            Ok(v) => per_device.push(v),
+            Err(e) => {
+                let secondary = e.message.starts_with("shard_map: another device");
+                if first_err.as_ref().is_none_or(|f| f.message.starts_with("shard_map: another device") && !secondary) {
+                    first_err = Some(e);
+                }
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let mut outs = Vec::with_capacity(p.out_specs.len());
+    for (k, (o, spec)) in p.jaxpr.outvars.iter().zip(&p.out_specs).enumerate() {
+        let aval = global_aval(mesh, spec, o.aval());
+        let ns = NamedSharding::new(mesh, spec.clone())?;
+        let shards: Vec<Arc<DeviceArray>> =
+            per_device.iter().map(|v| v[k].device().cloned().ok_or_else(|| Error::runtime("internal: traced value in shard_map result"))).collect::<Result<_>>()?;
+        outs.push(Array::from_device(crate::sharding::from_shards(aval, ns, shards)?));
+    }
+    Ok(outs)
+}
+
+/// Evaluates the body on one device's blocks: collectives meet the other devices, debug
+/// prints are ordered by device, every other equation is bound eagerly.
+fn eval_body(j: &Jaxpr, args: &[Array]) -> Result<Vec<Array>> {
+    let loc = Location::caller();
+    let mut env: Env<Array> = Env::new();
+    for (v, a) in j.invars.iter().zip(args) {
+        env.set(v, a.clone());
+    }
+    for e in &j.eqns {
+        let outs = match &e.primitive {
+            Primitive::Collective(c) => {
+                let x = match e.inputs.first() {
+                    Some(a) => Some(atom_array(&env, a)?),
+                    None => None,
+                };
+                let d = x.as_ref().map(|x| x.device().cloned().ok_or_else(|| Error::runtime("internal: traced collective operand"))).transpose()?;
+                vec![Array::from_device(crate::runtime::collectives::run(c, d.as_ref(), &e.outputs[0].aval)?)]
+            }
+            Primitive::DebugCallback { callback, .. } => {
+                let mut bufs = vec![];
+                for a in &e.inputs {
+                    bufs.push((*atom_array(&env, a)?.buffer()?).clone());
+                }
+                crate::runtime::collectives::ordered_debug(*callback, bufs)?;
+                vec![]
+            }
+            Primitive::Pjit { jaxpr, .. } => {
+                let consts: Vec<Array> = jaxpr.consts.iter().map(|b| Array::from_buffer((**b).clone(), false)).collect();
+                let mut ins = consts;
+                for a in &e.inputs {
+                    ins.push(atom_array(&env, a)?);
+                }
+                let mut inner = jaxpr.jaxpr.clone();
+                let mut iv = std::mem::take(&mut inner.constvars);
+                iv.append(&mut inner.invars);
+                inner.invars = iv;
+                eval_body(&inner, &ins)?
+            }
+            Primitive::ShardMap(_) => return Err(Error::value_error("shard_map inside shard_map is not supported")),
+            p if p.sub_jaxprs().iter().any(|s| has_collective(s)) => {
+                return Err(Error::value_error(format!(
+                    "collectives inside `{}` in a shard_map body are not supported yet: move the collective out of the {}",
+                    p.name(),
+                    p.name()
+                )))
+            }
+            p => {
+                let ops = e.inputs.iter().map(|a| operand(&env, a)).collect::<Result<Vec<_>>>()?;
+                bind(p.clone(), ops, loc)?
+            }
+        };
+        for (v, o) in e.outputs.iter().zip(outs) {
+            env.set(v, o);
+        }
+    }
+    j.outvars.iter().map(|a| atom_array(&env, a)).collect()
+}
+
+fn has_collective(j: &Jaxpr) -> bool {
+    j.eqns.iter().any(|e| matches!(e.primitive, Primitive::Collective(_) | Primitive::ShardMap(_)) || e.primitive.sub_jaxprs().iter().any(|s| has_collective(s)))
+}
+
+/// Whether `j` has a `shard_map` equation (such jaxprs run equation by equation under `jit`).
+pub(crate) fn contains_shard_map(j: &Jaxpr) -> bool {
+    j.eqns.iter().any(|e| matches!(e.primitive, Primitive::ShardMap(_)) || e.primitive.sub_jaxprs().iter().any(|s| contains_shard_map(s)))
+}
+
+// ---------------------------------------------------------------- differentiation
+
+/// JVP rule of a collective: linear collectives apply to the tangent as to the value.
+/// Errors: `pmax`/`pmin` (not differentiable here yet).
+pub(crate) fn collective_jvp(c: &Collective, t: &Array) -> Result<Array> {
+    match c {
+        Collective::Pmax { .. } | Collective::Pmin { .. } => {
+            Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", c.name())))
+        }
+        _ => one(bind(Primitive::Collective(c.clone()), vec![Operand::Array(t.clone())], Location::caller())?),
+    }
+}
+
+/// Transpose (VJP) of a collective, with JAX's varying-axes semantics: `psum`'s result is
+/// the same on every device, so its cotangent passes through unchanged (JAX's `pvary`);
+/// `all_gather` ↔ `psum_scatter`, `ppermute` by the inverse permutation, `all_to_all`
+/// with split and concat axes swapped.
+pub(crate) fn collective_vjp(c: &Collective, ct: &Array) -> Result<Array> {
+    let t = match c {
+        Collective::Psum { .. } => return Ok(ct.clone()),
+        Collective::AllGather { axes, axis_size, dimension, tiled } => {
+            Collective::ReduceScatter { axes: axes.clone(), axis_size: *axis_size, scatter_dimension: *dimension, tiled: *tiled }
+        }
+        Collective::ReduceScatter { axes, axis_size, scatter_dimension, tiled } => {
+            Collective::AllGather { axes: axes.clone(), axis_size: *axis_size, dimension: *scatter_dimension, tiled: *tiled }
+        }
+        Collective::Ppermute { axes, perm } => Collective::Ppermute { axes: axes.clone(), perm: perm.iter().map(|&(s, d)| (d, s)).collect() },
+        Collective::AllToAll { axes, axis_size, split_axis, concat_axis, tiled } => {
+            Collective::AllToAll { axes: axes.clone(), axis_size: *axis_size, split_axis: *concat_axis, concat_axis: *split_axis, tiled: *tiled }
+        }
+        Collective::Pmax { .. } | Collective::Pmin { .. } | Collective::AxisIndex { .. } => {
+            return Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", c.name())))
+        }
+    };
+    one(bind(Primitive::Collective(t), vec![Operand::Array(ct.clone())], Location::caller())?)
+}
+
+fn one(mut v: Vec<Array>) -> Result<Array> {
+    v.pop().ok_or_else(|| Error::runtime("internal: collective without result"))
+}
+
+fn zeros_of(a: &ShapedArray) -> Result<Array> {
+    super::ad::zeros(&a.strong())
+}
+
+fn mesh_axes(mesh: &Mesh) -> Vec<(String, usize)> {
+    mesh.axis_names().iter().cloned().zip(mesh.axis_sizes().iter().copied()).collect()
+}
+
+/// Traces `body` on blocks of `avals` (mesh axes bound) and binds it as a `shard_map`
+/// over `args` (its constants become leading replicated operands).
+fn bind_body(
+    p: &ShardMapParams,
+    avals: &[ShapedArray],
+    in_specs: Vec<PartitionSpec>,
+    out_specs: Vec<PartitionSpec>,
+    args: Vec<Array>,
+    body: impl FnOnce(Vec<Array>) -> Result<Vec<Array>>,
+) -> Result<Vec<Array>> {
+    let traced = {
+        let _env = crate::lax::parallel::bind_axes(&mesh_axes(&p.mesh));
+        trace_to_jaxpr("shard_map", avals, body)?
+    };
+    let mut jaxpr = traced.jaxpr;
+    let nconst = jaxpr.constvars.len();
+    let mut invars = std::mem::take(&mut jaxpr.constvars);
+    invars.append(&mut jaxpr.invars);
+    jaxpr.invars = invars;
+    let mut specs = vec![PartitionSpec::default(); nconst];
+    specs.extend(in_specs);
+    let params = ShardMapParams { jaxpr, mesh: p.mesh.clone(), in_specs: specs, out_specs, check_vma: false, name: p.name.clone() };
+    let ops: Vec<Operand> = traced.consts.into_iter().chain(args).map(Operand::Array).collect();
+    bind(Primitive::ShardMap(Box::new(params)), ops, Location::caller())
+}
+
+/// JVP of a `shard_map` equation: a `shard_map` of the body's JVP (tangents split and
+/// assembled by the same specs as their values).
+pub(crate) fn jvp(p: &ShardMapParams, ins: &[Array], ts: &[Option<Array>]) -> Result<(Vec<Array>, Vec<Option<Array>>)> {
+    let n = ins.len();
+    let block_in: Vec<ShapedArray> = p.jaxpr.invars.iter().map(|v| v.aval.clone()).collect();
+    let mut avals = block_in.clone();
+    avals.extend(block_in.iter().cloned());
+    let mut args: Vec<Array> = ins.to_vec();
+    for (t, x) in ts.iter().zip(ins) {
+        args.push(match t {
+            Some(t) => t.clone(),
+            None => zeros_of(&x.aval())?,
+        });
+    }
+    let mut in_specs = p.in_specs.clone();
+    in_specs.extend(p.in_specs.iter().cloned());
+    let mut out_specs = p.out_specs.clone();
+    out_specs.extend(p.out_specs.iter().cloned());
+    let body = p.jaxpr.clone();
+    let outs = bind_body(p, &avals, in_specs, out_specs, args, move |tr| {
+        let (xs, dxs) = tr.split_at(n);
+        let dxs: Vec<Option<Array>> = dxs.iter().map(|t| Some(t.clone())).collect();
+        let (outs, touts) = super::ad::jvp_jaxpr(&body, &[], xs, &dxs)?;
+        let mut all = outs.clone();
+        for (t, o) in touts.into_iter().zip(&outs) {
+            all.push(match t {
+                Some(t) => t,
+                None => zeros_of(&o.aval())?,
+            });
+        }
+        Ok(all)
+    })?;
+    let m = p.jaxpr.outvars.len();
+    let (o, t) = outs.split_at(m);
+    Ok((o.to_vec(), t.iter().map(|t| Some(t.clone())).collect()))
+}
+
+/// VJP of a `shard_map` equation: a `shard_map` of the body's VJP over (blocks, cotangent
+/// blocks). A cotangent that varies over a mesh axis its input's in_spec omits (the input
+/// was the same on every device but its uses differ) is summed over that axis, as JAX's
+/// transpose of the implicit `pvary` does.
+pub(crate) fn vjp(p: &ShardMapParams, ins: &[Array], cts: &[Option<Array>]) -> Result<Vec<Option<Array>>> {
+    let n = ins.len();
+    let block_in: Vec<ShapedArray> = p.jaxpr.invars.iter().map(|v| v.aval.clone()).collect();
+    let block_out: Vec<ShapedArray> = p.jaxpr.outvars.iter().map(|a| a.aval().clone()).collect();
+    let mut avals = block_in.clone();
+    avals.extend(block_out.iter().cloned());
+    let mut args: Vec<Array> = ins.to_vec();
+    for (c, o) in cts.iter().zip(&p.jaxpr.outvars) {
+        args.push(match c {
+            Some(c) => c.clone(),
+            None => zeros_of(&global_aval(&p.mesh, &p.out_specs[args.len() - n], o.aval()))?,
+        });
+    }
+    let mut in_specs = p.in_specs.clone();
+    in_specs.extend(p.out_specs.iter().cloned());
+    let body = p.jaxpr.clone();
+    let backward = |tr: Vec<Array>, sums: &[Vma]| -> Result<Vec<Array>> {
+        let (xs, cs) = tr.split_at(n);
+        let cs: Vec<Option<Array>> = cs.iter().map(|c| Some(c.clone())).collect();
+        let (_, in_cts) = super::ad::vjp_jaxpr(&body, &[], xs, &cs)?;
+        let mut out = Vec::with_capacity(n);
+        for ((c, x), sum) in in_cts.into_iter().zip(xs).zip(sums) {
+            let c = match c {
+                Some(c) => c,
+                None => zeros_of(&x.aval())?,
+            };
+            out.push(if *sum != 0 { crate::lax::psum(&c, crate::lax::parallel::AxisNames(mask_names(&p.mesh, *sum)))? } else { c });
+        }
+        Ok(out)
+    };
+    // Which input cotangents vary over axes their in_spec omits: trace once to find out.
+    let probe = {
+        let _env = crate::lax::parallel::bind_axes(&mesh_axes(&p.mesh));
+        trace_to_jaxpr("shard_map", &avals, |tr| backward(tr, &vec![0; n]))?
+    };
+    let mut spec_in: Vec<Vma> = vec![0; probe.jaxpr.constvars.len()];
+    spec_in.extend(in_specs.iter().map(|s| spec_mask(&p.mesh, s)));
+    let mut probe_j = probe.jaxpr.clone();
+    let mut iv = std::mem::take(&mut probe_j.constvars);
+    iv.append(&mut probe_j.invars);
+    probe_j.invars = iv;
+    let varies = output_vma(&probe_j, &spec_in, &p.mesh);
+    let sums: Vec<Vma> = varies.iter().zip(&p.in_specs).map(|(v, s)| v & !spec_mask(&p.mesh, s)).collect();
+    let outs = bind_body(p, &avals, in_specs, p.in_specs.clone(), args, |tr| backward(tr, &sums))?;
+    Ok(outs.into_iter().zip(ins).map(|(c, x)| if x.dtype().is_float() { Some(c) } else { None }).collect())
+}
+
+fn mask_names(mesh: &Mesh, m: Vma) -> Vec<String> {
+    mesh.axis_names().iter().enumerate().filter(|(k, _)| m & (1 << k) != 0).map(|(_, n)| n.clone()).collect()
+}

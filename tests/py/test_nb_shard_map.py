@@ -1,0 +1,84 @@
+"""201-06-shard-map: per-device programs and collectives on 8 simulated CPU devices.
+
+Values are those of JAX's shard-map page run with 8 CPU devices (inventory §7.2, jax
+0.11.1), recomputed here from the page's reference functions where they are data.
+"""
+import re
+
+import pytest
+
+from test_notebooks import cell_with, outputs_text, run_notebook
+
+NAME = "201-06-shard-map"
+X16 = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def nb(jaxrepl_kernelspec):
+    return run_notebook(NAME, jaxrepl_kernelspec)
+
+
+def ints(text):
+    """The integers of the last Array(...) repr in `text`."""
+    m = re.findall(r"Array\(\[([^\]]*)\]", text, re.S)
+    assert m, text
+    return [int(float(v)) for v in m[-1].replace(",", " ").split()]
+
+
+def blocks(xs, n):
+    k = len(xs) // n
+    return [xs[i * k:(i + 1) * k] for i in range(n)]
+
+
+def test_eight_devices(nb):
+    text = outputs_text(cell_with(nb, 'update_int("jax_num_cpu_devices", 8)'))
+    assert "CpuDevice(id=7)" in text and "CpuDevice(id=8)" not in text, text
+
+
+def test_reference_semantics(nb):
+    got = ints(outputs_text(cell_with(nb, "let double = shard_map")))
+    by_hand = ints(outputs_text(cell_with(nb, "let by_hand")))
+    assert got == by_hand == [2 * i for i in range(8)]
+    shards = outputs_text(cell_with(nb, "for s in y.addressable_shards()"))
+    for k in range(4):
+        assert "cpu:%d [%s.0, %s.0]" % (k, 4 * k, 4 * k + 2) in shards, shards
+
+
+def test_block_shapes(nb):
+    text = outputs_text(cell_with(nb, "let mesh42"))
+    assert "P(i, None) block: [3, 12]" in text and "P(i, j) block: [3, 6]" in text, text
+
+
+def test_per_device_printing(nb):
+    text = outputs_text(cell_with(nb, "let show"))
+    want = "On cpu:0 at mesh coordinates (i,) = (0,):\n[0. 1. 2.]\n\nOn cpu:1 at mesh coordinates (i,) = (1,):\n[3. 4. 5.]"
+    assert want in text, text
+    assert "Array([ 0.,  2.,  4.,  6.,  8., 10.], dtype=float32)" in text, text
+
+
+def test_collectives_match_reference_functions(nb):
+    b = blocks(X16, 4)
+    psum = [sum(col) for col in zip(*b)]
+    assert ints(outputs_text(cell_with(nb, "let f_psum"))) == psum == [22, 20, 12, 17]
+    assert ints(outputs_text(cell_with(nb, "let f_gather"))) == [3, 9, 5, 2] * 4
+    assert ints(outputs_text(cell_with(nb, "let f_scatter"))) == psum
+    assert ints(outputs_text(cell_with(nb, "let f_shift"))) == [6, 7, 0, 1, 2, 3, 4, 5]
+    a2a = [x for d in range(4) for blk in b for x in blocks(blk, 4)[d]]
+    assert ints(outputs_text(cell_with(nb, "let f_a2a"))) == a2a == [3, 5, 5, 9, 1, 9, 3, 7, 4, 2, 5, 1, 1, 6, 8, 2]
+    assert ints(outputs_text(cell_with(nb, "let where_am_i"))) == [0, 1, 2, 3]
+
+
+def test_check_vma_error(nb):
+    text = outputs_text(cell_with(nb, "fn identity"))
+    assert "shard_map applied to the function 'identity' was given out_specs which require replication" in text, text
+    assert "The mesh given has shape (2,) with corresponding axis names ('i',)." in text, text
+    assert "out_specs is P() which implies that the corresponding output value is replicated across mesh axis 'i', but could not infer replication over any axes" in text, text
+
+
+def test_jaxpr_and_jit(nb):
+    text = outputs_text(cell_with(nb, "let sm = shard_map"))
+    assert "shard_map[" in text and "psum[axes=('i',) axis_index_groups=None]" in text, text
+    assert "in_specs=(P('i',),)" in text and "out_specs=(P(),)" in text, text
+    text = outputs_text(cell_with(nb, "let matmul = shard_map"))
+    m = re.search(r"max \|shard_map - matmul\| = (\S+)", text)
+    assert m and float(m.group(1)) < 1e-4, text

@@ -1,0 +1,390 @@
+//! `shard_map` and the collectives with 8 simulated CPU devices (`jax_num_cpu_devices = 8`,
+//! set before anything starts the backend: this file is its own test binary). Each
+//! collective is checked against the reference functions of JAX's shard-map page
+//! (`psum_ref`, `all_gather_ref`, `psum_scatter_ref`, `ppermute_ref`, `all_to_all_ref`),
+//! written here on host data: exact for integers, against f64 sums for floats; the
+//! inventory's printed values (§7.2 item 12, JAX 0.11.1) where it has them; meshes of 4,
+//! 8 and 2×4 devices, eager and under `jit`; printing; and the errors for bad specs.
+
+use jax::prelude::*;
+use jax::runtime::collectives::device_header;
+use std::sync::Once;
+
+fn setup() {
+    static S: Once = Once::new();
+    S.call_once(|| {
+        config::update_int("jax_num_cpu_devices", 8).expect("set before the backend starts");
+        assert_eq!(device_count(), 8);
+    });
+}
+
+/// The x of the inventory's collective examples.
+const X16: [i32; 16] = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2];
+
+fn mesh4() -> Mesh {
+    make_mesh(&[4], &["i"], None).unwrap()
+}
+
+fn ints(x: &Array) -> Vec<i32> {
+    x.to_vec::<i32>().unwrap()
+}
+
+// ---------------------------------------------------------------- host references
+
+/// `blocks[k]` of `x` split in `n` along its only axis.
+fn split(x: &[i32], n: usize) -> Vec<Vec<i32>> {
+    x.chunks(x.len() / n).map(|c| c.to_vec()).collect()
+}
+
+fn psum_ref(blocks: &[Vec<i32>]) -> Vec<Vec<i32>> {
+    let s: Vec<i32> = (0..blocks[0].len()).map(|e| blocks.iter().map(|b| b[e]).sum()).collect();
+    vec![s; blocks.len()]
+}
+
+fn all_gather_ref(blocks: &[Vec<i32>]) -> Vec<Vec<i32>> {
+    let all: Vec<i32> = blocks.concat();
+    vec![all; blocks.len()]
+}
+
+fn psum_scatter_ref(blocks: &[Vec<i32>]) -> Vec<Vec<i32>> {
+    let s = &psum_ref(blocks)[0];
+    split(s, blocks.len())
+}
+
+fn ppermute_ref(blocks: &[Vec<i32>], perm: &[(usize, usize)]) -> Vec<Vec<i32>> {
+    let mut out = vec![vec![0; blocks[0].len()]; blocks.len()];
+    for &(s, d) in perm {
+        out[d] = blocks[s].clone();
+    }
+    out
+}
+
+fn all_to_all_ref(blocks: &[Vec<i32>]) -> Vec<Vec<i32>> {
+    let n = blocks.len();
+    (0..n).map(|d| blocks.iter().flat_map(|b| split(b, n)[d].clone()).collect()).collect()
+}
+
+// ---------------------------------------------------------------- the inventory's examples
+
+#[test]
+fn psum_matches_reference_and_inventory() {
+    setup();
+    let m = mesh4();
+    let f = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i"), P!());
+    let y = f.call(jnp::array(&X16)).unwrap();
+    assert_eq!(ints(&y), vec![22, 20, 12, 17]);
+    assert_eq!(ints(&y), psum_ref(&split(&X16, 4))[0]);
+    // The result is sharded by the out_spec: replicated over the mesh.
+    assert_eq!(format!("{:?}", y.sharding().unwrap()), "NamedSharding(mesh=Mesh('i': 4, axis_types=(Explicit,)), spec=P(), memory_kind=device)");
+    // Every device's copy is the sum.
+    for s in y.addressable_shards().unwrap() {
+        assert_eq!(ints(&s.data), vec![22, 20, 12, 17]);
+    }
+}
+
+#[test]
+fn all_gather_tiled_and_untiled() {
+    setup();
+    let m = mesh4();
+    let x = jnp::array(&[3i32, 9, 5, 2]);
+    let f = shard_map(|x: Array| lax::all_gather(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
+    let y = f.call(x.clone()).unwrap();
+    let want: Vec<i32> = all_gather_ref(&split(&[3, 9, 5, 2], 4)).concat();
+    assert_eq!(ints(&y), want);
+    assert_eq!(ints(&y), vec![3, 9, 5, 2, 3, 9, 5, 2, 3, 9, 5, 2, 3, 9, 5, 2]);
+    let g = shard_map(|x: Array| lax::all_gather(&x, "i", 0, false), Some(&m), P!("i"), P!("i"));
+    let y = g.call(x).unwrap();
+    assert_eq!(y.shape(), vec![16, 1]);
+    assert_eq!(ints(&y), want);
+}
+
+#[test]
+fn psum_scatter_ppermute_all_to_all() {
+    setup();
+    let m = mesh4();
+    let x = jnp::array(&X16);
+    let f = shard_map(|x: Array| lax::psum_scatter(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
+    let y = f.call(x.clone()).unwrap();
+    assert_eq!(ints(&y), vec![22, 20, 12, 17]);
+    assert_eq!(ints(&y), psum_scatter_ref(&split(&X16, 4)).concat());
+    let shards: Vec<Vec<i32>> = y.addressable_shards().unwrap().iter().map(|s| ints(&s.data)).collect();
+    assert_eq!(shards, vec![vec![22], vec![20], vec![12], vec![17]]);
+
+    let perm: Vec<(usize, usize)> = (0..4).map(|i| (i, (i + 1) % 4)).collect();
+    let p2 = perm.clone();
+    let f = shard_map(move |x: Array| lax::ppermute(&x, "i", &p2), Some(&m), P!("i"), P!("i"));
+    let a8: Vec<i32> = (0..8).collect();
+    let y = f.call(jnp::array(&a8)).unwrap();
+    assert_eq!(ints(&y), vec![6, 7, 0, 1, 2, 3, 4, 5]);
+    assert_eq!(ints(&y), ppermute_ref(&split(&a8, 4), &perm).concat());
+    // A device that receives nothing gets zeros.
+    let f = shard_map(|x: Array| lax::ppermute(&x, "i", &[(0, 1)]), Some(&m), P!("i"), P!("i"));
+    assert_eq!(ints(&f.call(jnp::array(&a8)).unwrap()), ppermute_ref(&split(&a8, 4), &[(0, 1)]).concat());
+
+    let f = shard_map(|x: Array| lax::all_to_all(&x, "i", 0, 0, true), Some(&m), P!("i"), P!("i"));
+    let y = f.call(x).unwrap();
+    assert_eq!(ints(&y), vec![3, 5, 5, 9, 1, 9, 3, 7, 4, 2, 5, 1, 1, 6, 8, 2]);
+    assert_eq!(ints(&y), all_to_all_ref(&split(&X16, 4)).concat());
+}
+
+#[test]
+fn axis_index_and_block_shapes() {
+    setup();
+    let m = make_mesh(&[4, 2], &["i", "j"], None).unwrap();
+    let f = shard_map(
+        |x: Array| -> Result<Array> {
+            assert_eq!(x.shape(), vec![3, 6]);
+            let i = lax::axis_index("i")?;
+            let j = lax::axis_index("j")?;
+            Ok(jnp::reshape(&(i * 10 + j), &[1, 1])?)
+        },
+        Some(&m),
+        P!("i", "j"),
+        P!("i", "j"),
+    );
+    let y = f.call(jnp::zeros(&[12, 12], DType::F32)).unwrap();
+    assert_eq!(y.shape(), vec![4, 2]);
+    assert_eq!(ints(&y), vec![0, 1, 10, 11, 20, 21, 30, 31]);
+    // psum then untile (§7.2 item 5).
+    let f4 = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i", "j"), P!(None, "j"));
+    assert_eq!(f4.call(jnp::zeros(&[12, 12], DType::F32)).unwrap().shape(), vec![3, 12]);
+    let f5 = shard_map(|x: Array| lax::psum(&x, ("i", "j")), Some(&m), P!("i", "j"), P!(None, None));
+    assert_eq!(f5.call(jnp::zeros(&[12, 12], DType::F32)).unwrap().shape(), vec![3, 6]);
+}
+
+#[test]
+fn two_dim_psums_match_inventory() {
+    setup();
+    let m = make_mesh(&[2, 2], &["i", "j"], None).unwrap();
+    let x = jnp::reshape(&jnp::arange(16), &[4, 4]).unwrap();
+    let f = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i", "j"), P!(None, "j"));
+    assert_eq!(ints(&f.call(x.clone()).unwrap()), vec![8, 10, 12, 14, 16, 18, 20, 22]);
+    let f = shard_map(|x: Array| lax::psum(&x, ("i", "j")), Some(&m), P!("i", "j"), P!(None, None));
+    assert_eq!(ints(&f.call(x).unwrap()), vec![20, 24, 36, 40]);
+}
+
+// ---------------------------------------------------------------- 8 devices, 2x4, floats
+
+/// Float psum/pmean/pmax over 'j' of a 2x4 mesh against f64 references.
+#[test]
+fn float_collectives_on_2x4_mesh() {
+    setup();
+    let m = make_mesh(&[2, 4], &["i", "j"], None).unwrap();
+    let (x, host) = jaxrepl_tests::host_array(&[4, 16], 7);
+    // Blocks are [2, 4]: rows split by 'i', columns by 'j'.
+    let f = shard_map(
+        |x: Array| -> Result<(Array, Array, Array)> { Ok((lax::psum(&x, "j")?, lax::pmean(&x, "j")?, lax::pmax(&x, "j")?)) },
+        Some(&m),
+        P!("i", "j"),
+        P!("i", None),
+    );
+    let (s, mean, mx) = f.call(x).unwrap();
+    assert_eq!(s.shape(), vec![4, 4]);
+    let (s, mean, mx) = (s.to_vec::<f32>().unwrap(), mean.to_vec::<f32>().unwrap(), mx.to_vec::<f32>().unwrap());
+    for r in 0..4 {
+        for c in 0..4 {
+            let vals: Vec<f64> = (0..4).map(|jb| host[r * 16 + jb * 4 + c]).collect();
+            let sum: f64 = vals.iter().sum();
+            assert!((s[r * 4 + c] as f64 - sum).abs() <= 1e-5 * (1.0 + sum.abs()), "psum at ({r},{c})");
+            assert!((mean[r * 4 + c] as f64 - sum / 4.0).abs() <= 1e-5 * (1.0 + sum.abs()));
+            assert_eq!(mx[r * 4 + c] as f64, vals.iter().cloned().fold(f64::MIN, f64::max));
+        }
+    }
+}
+
+/// All 8 devices: psum, all_gather, psum_scatter, ppermute, all_to_all against the
+/// references, eager and under jit, with bitwise-equal results between the two.
+#[test]
+fn eight_devices_eager_and_jit() {
+    setup();
+    let m = make_mesh(&[8], &["x"], None).unwrap();
+    let data: Vec<i32> = (0..64).map(|i| (i * 37 + 11) % 23 - 7).collect();
+    let blocks = split(&data, 8);
+    let perm: Vec<(usize, usize)> = (0..8).map(|i| (i, (i + 3) % 8)).collect();
+    let p2 = perm.clone();
+    let body = move |x: Array| -> Result<Vec<Array>> {
+        Ok(vec![
+            lax::psum(&x, "x")?,
+            lax::all_gather(&x, "x", 0, true)?,
+            lax::psum_scatter(&x, "x", 0, true)?,
+            lax::ppermute(&x, "x", &p2)?,
+            lax::all_to_all(&x, "x", 0, 0, true)?,
+        ])
+    };
+    let f = shard_map(body, Some(&m), P!("x"), P!("x"));
+    let want = [
+        psum_ref(&blocks).concat(),
+        all_gather_ref(&blocks).concat(),
+        psum_scatter_ref(&blocks).concat(),
+        ppermute_ref(&blocks, &perm).concat(),
+        all_to_all_ref(&blocks).concat(),
+    ];
+    let x = jnp::array(&data);
+    let eager = f.call(x.clone()).unwrap();
+    for (got, want) in eager.iter().zip(&want) {
+        assert_eq!(&ints(got), want);
+    }
+    let jf = jit(move |x: Array| f.call(x));
+    let jitted = jf.call(&x).unwrap();
+    for (got, want) in jitted.iter().zip(&want) {
+        assert_eq!(&ints(got), want);
+    }
+    // Floats: psum is bitwise the same eagerly, under jit and from run to run.
+    let (xf, host) = jaxrepl_tests::host_array(&[8, 1000], 3);
+    let g = shard_map(|x: Array| lax::psum(&x, "x"), Some(&m), P!("x"), P!());
+    let a = g.call(xf.clone()).unwrap().to_vec::<f32>().unwrap();
+    let jg = jit(move |x: Array| g.call(x));
+    let b = jg.call(&xf).unwrap().to_vec::<f32>().unwrap();
+    let c = jg.call(&xf).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(a, b);
+    assert_eq!(b, c);
+    for e in 0..1000 {
+        let r: f64 = (0..8).map(|k| host[k * 1000 + e]).sum();
+        assert!((a[e] as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()));
+    }
+}
+
+/// A sharded input is used shard by shard, and the body computes on its own device.
+#[test]
+fn sharded_inputs_and_body_ops() {
+    setup();
+    let m = make_mesh(&[8], &["x"], None).unwrap();
+    let x = jnp::arange(16).astype(DType::F32);
+    let xs = device_put(&x, NamedSharding::new(&m, P!("x")).unwrap()).unwrap();
+    let f = shard_map(|x: Array| -> Result<Array> { Ok(x.sin() * 2.0 + lax::axis_index("x")?.astype(DType::F32)) }, Some(&m), P!("x"), P!("x"));
+    let y = f.call(xs).unwrap();
+    let v = y.to_vec::<f32>().unwrap();
+    for (i, got) in v.iter().enumerate() {
+        let want = (i as f32).sin() * 2.0 + (i / 2) as f32;
+        assert!((got - want).abs() < 1e-5);
+    }
+    let devs: Vec<String> = y.addressable_shards().unwrap().iter().map(|s| s.device.to_string()).collect();
+    assert_eq!(devs, (0..8).map(|k| format!("cpu:{k}")).collect::<Vec<_>>());
+    // The mesh from set_mesh.
+    let _g = set_mesh(&m);
+    let f = shard_map(|x: Array| lax::psum(&x, "x"), None, P!("x"), P!());
+    assert_eq!(f.call(x).unwrap().to_vec::<f32>().unwrap(), vec![56.0, 64.0]);
+}
+
+// ---------------------------------------------------------------- printing and errors
+
+#[test]
+fn jaxpr_of_shard_map() {
+    setup();
+    let m = make_mesh(&[2], &["i"], None).unwrap();
+    let f = shard_map(|x: Array| lax::psum(&(x * 2.0), "i"), Some(&m), P!("i"), P!());
+    let j = make_jaxpr(move |x: Array| f.call(x), jnp::zeros(&[6], DType::F32)).unwrap();
+    expect_test::expect![[r#"
+        { lambda ; a:f32[6]. let
+            b:f32[3] = shard_map[
+              check_vma=True
+              in_specs=(P('i',),)
+              jaxpr={ lambda ; c:f32[3]. let
+                  d:f32[3] = mul c 2.0:f32[]
+                  e:f32[3] = psum[axes=('i',) axis_index_groups=None] d
+                in (e,) }
+              mesh=AbstractMesh('i': 2, axis_types=(Explicit,), device_kind=cpu, num_cores=None, platform=cpu)
+              newly_manual_axes=frozenset({'i'})
+              out_specs=(P(),)
+            ] a
+          in (b,) }"#]]
+    .assert_eq(&j.to_string());
+    let g = shard_map(|x: Array| lax::all_gather(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
+    let j = make_jaxpr(move |x: Array| g.call(x), jnp::zeros(&[6], DType::F32)).unwrap();
+    let want = "d:f32[6] = all_gather[\n            all_gather_dimension=0\n            axis_index_groups=None\n            axis_name=('i',)\n            axis_size=2\n            tiled=True\n          ] c";
+    assert!(j.to_string().contains(want), "{j}");
+}
+
+#[test]
+fn device_headers_match_jax() {
+    setup();
+    let m = make_mesh(&[2], &["i"], None).unwrap();
+    assert_eq!(device_header(&m, 1, &[1]), "On cpu:1 at mesh coordinates (i,) = (1,):");
+    let m2 = make_mesh(&[2, 2], &["i", "j"], None).unwrap();
+    assert_eq!(device_header(&m2, 0, &[0, 0]), "On cpu:0 at mesh coordinates (i, j,) = (0, 0):");
+}
+
+#[test]
+fn check_vma_error_matches_jax() {
+    setup();
+    let m = make_mesh(&[2], &["i"], None).unwrap();
+    fn _rem_singleton(x: Array) -> Array {
+        x
+    }
+    let f = shard_map(_rem_singleton, Some(&m), P!("i"), P!());
+    let e = f.call(jnp::arange(6).astype(DType::F32)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Value);
+    assert_eq!(
+        e.message,
+        "shard_map applied to the function '_rem_singleton' was given out_specs which require replication which can't be statically inferred given the mesh:\n\n\
+         The mesh given has shape (2,) with corresponding axis names ('i',).\n\n\
+         out_specs is P() which implies that the corresponding output value is replicated across mesh axis 'i', but could not infer replication over any axes\n\n\
+         Check if these output values are meant to be replicated over those mesh axes. If not, consider revising the corresponding out_specs entries. If so, consider disabling the check by passing the check_vma=False argument to `jax.shard_map`."
+    );
+    // Without the check the first device's block is the result.
+    let g = shard_map_with(_rem_singleton, Some(&m), P!("i"), P!(), false);
+    assert_eq!(g.call(jnp::arange(6).astype(DType::F32)).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0]);
+    // A psum over the axis makes it invariant: no error.
+    let h = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i"), P!());
+    assert!(h.call(jnp::arange(6).astype(DType::F32)).is_ok());
+}
+
+#[test]
+fn bad_specs_are_errors() {
+    setup();
+    let m = mesh4();
+    let f = shard_map(|x: Array| x, Some(&m), P!("k"), P!("k"));
+    let e = f.call(jnp::arange(8)).unwrap_err();
+    assert!(e.message.starts_with("Resource axis: k of P('k',) is not found in mesh: ('i',)."), "{e}");
+    let f = shard_map(|x: Array| x, Some(&m), P!("i"), P!("i"));
+    let e = f.call(jnp::arange(6)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Value);
+    assert!(e.message.contains("which maps array axis 0 (of size 6) to mesh axis 'i' (of size 4), but 4 does not evenly divide 6"), "{e}");
+    let f = shard_map(|x: Array| lax::psum(&x, "k"), Some(&m), P!("i"), P!());
+    let e = f.call(jnp::arange(8)).unwrap_err();
+    assert!(e.message.starts_with("unbound axis name: k."), "{e}");
+    let e = lax::psum(&jnp::arange(8), "i").unwrap_err();
+    assert!(e.message.starts_with("unbound axis name: i."), "{e}");
+    let f = shard_map(|x: Array| x, Some(&m), P!("i", None), P!("i"));
+    assert!(f.call(jnp::arange(8)).unwrap_err().message.contains("a spec may not be longer than the rank"));
+}
+
+// ---------------------------------------------------------------- differentiation
+
+/// grad through a shard_map with psum (the data-parallel loss of the page) against
+/// central differences of the same function evaluated at f64 on the host.
+#[test]
+fn grad_through_psum_matches_finite_differences() {
+    setup();
+    let m = make_mesh(&[4], &["i"], None).unwrap();
+    let (x, xh) = jaxrepl_tests::host_array(&[8, 3], 11);
+    let (w, wh) = jaxrepl_tests::host_array(&[3], 12);
+    // loss = sum_i psum(sum(sin(x_blk * w)))  (w replicated, x split over rows)
+    let sm = shard_map(
+        |(x, w): (Array, Array)| -> Result<Array> { lax::psum(&(x * w).sin().sum(), "i") },
+        Some(&m),
+        [P!("i"), P!()],
+        P!(),
+    );
+    let g = grad(move |xw: (Array, Array)| sm.call(xw));
+    let (gx, gw) = g((x.clone(), w.clone())).unwrap();
+    let loss = |xs: &[f64], ws: &[f64]| -> f64 { (0..8).flat_map(|r| (0..3).map(move |c| (r, c))).map(|(r, c)| (xs[r * 3 + c] * ws[c]).sin()).sum() };
+    let fd_x = jaxrepl_tests::central_differences(|v| loss(v, &wh), &xh);
+    let fd_w = jaxrepl_tests::central_differences(|v| loss(&xh, v), &wh);
+    for (a, b) in gx.to_vec::<f32>().unwrap().iter().zip(&fd_x) {
+        assert!((*a as f64 - b).abs() < 1e-3, "dx {a} vs {b}");
+    }
+    for (a, b) in gw.to_vec::<f32>().unwrap().iter().zip(&fd_w) {
+        assert!((*a as f64 - b).abs() < 1e-3 * (1.0 + b.abs()), "dw {a} vs {b}");
+    }
+    // Under jit, and through all_gather (its transpose is psum_scatter): every device
+    // returns sin of the whole gathered x, so loss = 4 * sum(sin(x)) and grad = 4 cos(x).
+    let sm2 = shard_map(|x: Array| -> Result<Array> { Ok(lax::all_gather(&x, "i", 0, true)?.sin()) }, Some(&m), P!("i"), P!("i"));
+    let g2 = jit(grad(move |x: Array| -> Result<Array> { Ok(sm2.call(x)?.sum()) }));
+    let v: Vec<f64> = (0..8).map(|k| k as f64 * 0.3).collect();
+    let xv = Array::from_vec(v.iter().map(|&a| a as f32).collect::<Vec<f32>>(), &[8]).unwrap();
+    let got = g2.call(&xv).unwrap().to_vec::<f32>().unwrap();
+    for (a, b) in got.iter().zip(&v) {
+        assert!((*a as f64 - 4.0 * b.cos()).abs() < 1e-4, "{a} vs {}", 4.0 * b.cos());
+    }
+}
