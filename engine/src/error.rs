@@ -28,6 +28,9 @@ pub enum ErrorKind {
     FloatingPoint,
     /// A tracer escaped its trace (JAX: `UnexpectedTracerError`; leak checks say `Exception`).
     UnexpectedTracer,
+    /// An operation's result cannot be sharded as its inputs ask (JAX: `ShardingTypeError`,
+    /// explicit-sharding mode).
+    ShardingType,
 }
 
 /// An engine error: a kind, a message, and where in the user's code it arose.
@@ -77,6 +80,7 @@ impl Error {
             ErrorKind::Interrupted => "KeyboardInterrupt",
             ErrorKind::FloatingPoint => "FloatingPointError",
             ErrorKind::UnexpectedTracer => "UnexpectedTracerError",
+            ErrorKind::ShardingType => "ShardingTypeError",
         }
     }
 }

@@ -14,7 +14,8 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NOTEBOOKS = ["201-01-jit", "201-02-aot", "201-03-control-flow", "201-08-profiling", "201-09-debugging",
+NOTEBOOKS = ["201-01-jit", "201-02-aot", "201-03-control-flow", "201-04-placement", "201-05-sharding",
+             "201-08-profiling", "201-09-debugging",
              "201-10-slow-compilation", "201-11-precision", "201-12-controlling-xla", "201-13-gpu-memory"]
 NOTEBOOK = os.path.join(ROOT, "notebooks", "201-01-jit.ipynb")
 KERNEL = "jaxrepl"

@@ -341,7 +341,7 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
                 ArgLeaf::Spec(_) => Err(Error::type_error("cannot call a Compiled with ShapeDtypeStruct specs")),
             })
             .collect::<Result<Vec<_>>>()?;
-        let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?;
+        let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?.for_jaxpr(&self.jaxpr, &inputs)?;
         let outs: Vec<Array> = run_donating(&self.exe, &self.jaxpr, inputs, &self.donated, super::jit::sync_ok(&self.jaxpr.jaxpr), &place)?;
         crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone())
     }
