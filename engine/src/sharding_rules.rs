@@ -457,3 +457,135 @@ pub(crate) fn inspect_unsharded(jaxpr: &Jaxpr, device: u32) {
         }
     }
 }
+
+// ---------------------------------------------------------------- lowered-text annotations
+
+/// The shardings of a traced call's arguments and results, for the lowered text
+/// (`Lowered::as_text`) and the compiled text's header (`Compiled::as_text`).
+#[derive(Clone, Debug)]
+pub(crate) struct Annotations {
+    mesh: Mesh,
+    ins: Vec<Dims>,
+    outs: Vec<Dims>,
+}
+
+/// Annotations for a call of `jaxpr` on `leaves` (`None` for a leaf that is not a
+/// concrete array), when some argument is sharded and the propagation succeeds.
+pub(crate) fn annotations(jaxpr: &crate::ir::ClosedJaxpr, leaves: &[Option<Arc<crate::runtime::DeviceArray>>]) -> Option<Annotations> {
+    let mesh = leaves.iter().flatten().find_map(|d| d.sharded_info().map(|s| s.sharding.mesh.clone()))?;
+    let ins: Vec<Dims> = jaxpr
+        .jaxpr
+        .invars
+        .iter()
+        .zip(leaves)
+        .map(|(v, l)| match l.as_ref().and_then(|d| d.sharded_info()) {
+            Some(s) if s.sharding.mesh == mesh => dims_of(&s.sharding.spec, v.aval.ndim()),
+            _ => vec![vec![]; v.aval.ndim()],
+        })
+        .collect();
+    let outs = jaxpr_rule(&jaxpr.jaxpr, &mesh, &ins).ok()?;
+    Some(Annotations { mesh, ins, outs })
+}
+
+/// Shardy's attribute text for `dims`: `#sdy.sharding<@mesh, [{"X"}, {}]>`.
+fn sdy(dims: &Dims) -> String {
+    let parts: Vec<String> =
+        dims.iter().map(|e| format!("{{{}}}", e.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "))).collect();
+    format!("#sdy.sharding<@mesh, [{}]>", parts.join(", "))
+}
+
+/// Adds `attr` to the attribute dictionary after the type that ends at `pos` in `line`
+/// (creating ` {attr}` when there is none); returns the position after it.
+fn add_attr(line: &mut String, pos: usize, attr: &str) -> usize {
+    if line[pos..].starts_with(" {") {
+        line.insert_str(pos + 2, &format!("{attr}, "));
+        pos + 2 + attr.len() + 2
+    } else {
+        let s = format!(" {{{attr}}}");
+        line.insert_str(pos, &s);
+        pos + s.len()
+    }
+}
+
+/// The end of the `tensor<…>` (or scalar) type starting at `start` in `line`.
+fn type_end(line: &str, start: usize) -> usize {
+    let rest = &line[start..];
+    if rest.starts_with("tensor<") {
+        let mut depth = 0;
+        for (i, c) in rest.char_indices() {
+            match c {
+                '<' => depth += 1,
+                '>' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return start + i + 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    start + rest.find([',', ')', ' ']).unwrap_or(rest.len())
+}
+
+/// The lowered module text with Shardy annotations as JAX prints them: the module's
+/// `mhlo.num_partitions`, `sdy.mesh @mesh = <["X"=4, "Y"=2]>`, and a `sdy.sharding` on each
+/// argument of `@main` (the last `ins.len()` ones: large constants come first) and result.
+/// Display only: the module that compiles is the unannotated one.
+pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
+    let mut out = String::with_capacity(text.len() + 256);
+    for line in text.lines() {
+        let mut line = line.to_string();
+        if line.starts_with("module @") && line.ends_with(" {") {
+            let n = a.mesh.size();
+            if let Some(p) = line.find(" attributes {") {
+                line.insert_str(p + " attributes {".len(), &format!("mhlo.num_partitions = {n} : i32, "));
+            } else {
+                line.truncate(line.len() - 2);
+                line.push_str(&format!(" attributes {{mhlo.num_partitions = {n} : i32}} {{"));
+            }
+            out.push_str(&line);
+            out.push('\n');
+            let axes: Vec<String> = a.mesh.axis_names().iter().zip(a.mesh.axis_sizes()).map(|(n, s)| format!("\"{n}\"={s}")).collect();
+            out.push_str(&format!("  sdy.mesh @mesh = <[{}]>\n", axes.join(", ")));
+            continue;
+        }
+        if let Some(sig) = line.find("func.func public @main(") {
+            let args_end = line[sig..].find(") -> ").map(|p| sig + p);
+            let nargs = line[sig..args_end.unwrap_or(line.len())].matches("%arg").count();
+            let first = nargs.saturating_sub(a.ins.len());
+            let mut from = sig;
+            for i in 0..nargs {
+                let key = format!("%arg{i}: ");
+                let Some(p) = line[from..].find(&key).map(|p| from + p + key.len()) else { break };
+                let end = type_end(&line, p);
+                from = if i >= first { add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(&a.ins[i - first]))) } else { end };
+            }
+            if let Some(r) = line[from..].find(") -> (").map(|p| from + p + ") -> (".len()) {
+                let mut pos = r;
+                for d in &a.outs {
+                    let end = type_end(&line, pos);
+                    let after = add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(d)));
+                    match line[after..].find(", ") {
+                        Some(q) if !line[after..after + q].contains(')') => pos = after + q + 2,
+                        _ => break,
+                    }
+                }
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The first line of `Compiled::as_text` for a call on sharded arguments: which execution
+/// path it takes (there is no partitioner yet: the whole program runs on the mesh's first
+/// device on gathered inputs).
+pub(crate) fn compiled_header(a: &Annotations) -> String {
+    format!(
+        "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings). Not partitioned: no per-device programs or collectives yet.\n",
+        a.mesh,
+        a.mesh.device_ids().first().copied().unwrap_or(0)
+    )
+}

@@ -258,3 +258,70 @@ fn inspect_array_sharding_inside_jit() {
     got.push_str(&out.lock().unwrap());
     assert_eq!(got, "Some(P('X', 'Y'))");
 }
+
+/// `%sharding`'s three forms: JAX's plain table, ANSI blocks in JAX's `tab20b` colour
+/// order (white text on dark colours), HTML with per-device bytes; `%mesh`'s grid.
+#[test]
+fn sharding_and_mesh_views() {
+    setup();
+    let mesh = mesh42();
+    let x = put(&Array::from_vec(arange(32), &[8, 4]).unwrap(), &mesh, P!("X", "Y"));
+    let v = jax::magic::sharding(&x).unwrap();
+    assert!(v.plain.starts_with("┌───────┬───────┐\n│ CPU 0 │ CPU 1 │\n"), "{}", v.plain);
+    // Block k of 8 gets tab20b[int(idx/7*20)] with idx stepping by 8/2+1 mod 8: 0, 5, 2, ...; dark: white text
+    assert!(v.ansi.starts_with("\x1b[38;2;255;255;255m\x1b[48;2;57;59;121m CPU 0 \x1b[0m\x1b[38;2;255;255;255m\x1b[48;2;214;97;107m CPU 1 \x1b[0m\n"), "{:?}", v.ansi);
+    assert_eq!(v.ansi.lines().count(), 4);
+    assert!(!v.ansi.contains('│'));
+    assert_eq!(v.html.matches(">16 B<").count(), 8, "{}", v.html);
+    assert!(v.html.contains("float32[8@X,4@Y] · 128 B"), "{}", v.html);
+    let r = jax::magic::sharding(&reshard(&x, NamedSharding::new(&mesh, P!("X", None)).unwrap()).unwrap()).unwrap();
+    assert_eq!(r.html.matches(">32 B on each<").count(), 4, "{}", r.html);
+    let e = jax::magic::sharding(&Array::from_vec(arange(8), &[2, 2, 2]).unwrap()).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: `visualize_sharding` only works for shapes with 1 and 2 dimensions.");
+
+    let t = |s: &str| s.lines().map(|l| l.strip_prefix("        ").unwrap_or(l)).collect::<Vec<_>>().join("\n") + "\n";
+    assert_eq!(
+        jax::magic::mesh(Some(&mesh)).unwrap().plain,
+        t("Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))
+                  Y=0     Y=1
+               ┌───────┬───────┐
+           X=0 │ CPU 0 │ CPU 1 │
+               ├───────┼───────┤
+           X=1 │ CPU 2 │ CPU 3 │
+               ├───────┼───────┤
+           X=2 │ CPU 4 │ CPU 5 │
+               ├───────┼───────┤
+           X=3 │ CPU 6 │ CPU 7 │
+               └───────┴───────┘")
+        .replace("\n   ", "\n")
+    );
+    let m4 = make_mesh(&[4], &["x"], None).unwrap();
+    assert_eq!(
+        jax::magic::mesh(Some(&m4)).unwrap().plain,
+        "Mesh('x': 4, axis_types=(Explicit,))\n   x=0     x=1     x=2     x=3\n┌───────┬───────┬───────┬───────┐\n│ CPU 0 │ CPU 1 │ CPU 2 │ CPU 3 │\n└───────┴───────┴───────┴───────┘\n"
+    );
+    assert!(jax::magic::mesh(Some(&m4)).unwrap().html.contains("CPU 3"));
+}
+
+/// The lowered text shows JAX's Shardy annotations; the compiled text names its path.
+#[test]
+fn lowered_text_shows_shardings() {
+    setup();
+    let mesh = mesh42();
+    let x = put(&Array::from_vec(arange(32), &[8, 4]).unwrap(), &mesh, P!("X", "Y"));
+    let f = jit(|x: Array| jnp::sum(&x, Some(&[0])).unwrap()).with_name("f");
+    let lowered = f.lower(&x).unwrap();
+    let text = lowered.as_text();
+    assert!(text.starts_with("module @jit_f attributes {mhlo.num_partitions = 8 : i32} {\n  sdy.mesh @mesh = <[\"X\"=4, \"Y\"=2]>\n"), "{text}");
+    assert!(
+        text.contains("@main(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"X\"}, {\"Y\"}]>}) -> (tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"Y\"}]>})"),
+        "{text}"
+    );
+    let compiled = lowered.compile().unwrap();
+    assert!(compiled.as_text().starts_with("// jaxrepl: arguments sharded over Mesh('X': 4, 'Y': 2"), "{}", compiled.as_text());
+    assert!(compiled.as_text().contains("path: gathered"));
+    // Unsharded arguments: the plain module.
+    let plain = f.lower(&Array::from_vec(arange(32), &[8, 4]).unwrap()).unwrap().as_text();
+    assert!(plain.starts_with("module @jit_f {\n"), "{plain}");
+    assert!(!plain.contains("sdy."));
+}

@@ -679,7 +679,13 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     pub fn trace(&self, args: impl Args<A>) -> Result<Traced<A, R>> {
         let flat = self.flatten(args)?;
         let (entry, _) = self.lookup_or_trace(&flat, Location::caller())?;
-        Ok(Traced::new(self.clone(), entry, Signature::of(&flat)))
+        let mut t = Traced::new(self.clone(), entry.clone(), Signature::of(&flat));
+        if flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| d.sharded_info().is_some()))) {
+            let leaves: Vec<Option<Arc<DeviceArray>>> =
+                flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect();
+            t.shardings = crate::sharding_rules::annotations(&entry.jaxpr, &leaves);
+        }
+        Ok(t)
     }
 
     /// `jit(f).lower(args)`: trace then lower.
