@@ -897,7 +897,7 @@ impl OutPlace {
 }
 
 /// Each input's dims on `mesh` (arrays not sharded on it count as replicated).
-fn input_dims(inputs: &[Arc<DeviceArray>], mesh: &Mesh) -> Vec<crate::sharding_rules::Dims> {
+pub(crate) fn input_dims(inputs: &[Arc<DeviceArray>], mesh: &Mesh) -> Vec<crate::sharding_rules::Dims> {
     inputs
         .iter()
         .map(|d| match d.sharded_info() {
@@ -980,8 +980,26 @@ pub(crate) fn placed_as(x: &Array, target: &PutTarget) -> bool {
     }
 }
 
+/// The per-device data of a sharded array whose shards exist (a `device_put` or
+/// partitioned result), by device id; `None` otherwise (computed on the gather path).
+pub(crate) fn shard_map_of(d: &DeviceArray) -> Option<std::collections::HashMap<u32, Arc<DeviceArray>>> {
+    let sh = d.sharded_info()?;
+    let shards = sh.shards.get()?;
+    Some(shards.iter().map(|s| (s.device, s.data.clone())).collect())
+}
+
+/// A sharded array of type `aval` laid out as `ns`, made of per-device shards (device,
+/// block, data), committed to the mesh; its whole value is assembled only when read.
+pub(crate) fn sharded_from_shards(aval: ShapedArray, ns: NamedSharding, shards: Vec<(u32, BlockIndex, Arc<DeviceArray>)>) -> Arc<DeviceArray> {
+    let first = ns.mesh.device_ids()[0];
+    let sh = Sharded { sharding: ns, shards: OnceLock::new(), gather_on_wait: true };
+    let _ = sh.shards.set(shards.into_iter().map(|(device, index, data)| ShardBuf { device, index, data }).collect());
+    DeviceArray::sharded(aval, Placement { device: first, committed: true }, sh, None)
+}
+
 /// Global-view sharding operations (`sharding_rules.rs`).
 pub use crate::sharding_rules::{dot_out_sharding, inspect_array_sharding, reshard, with_sharding_constraint};
+pub use crate::partition::partitioned_calls;
 
 // ---------------------------------------------------------------- typeof
 

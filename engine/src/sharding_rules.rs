@@ -580,12 +580,24 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
 }
 
 /// The first line of `Compiled::as_text` for a call on sharded arguments: which execution
-/// path it takes (there is no partitioner yet: the whole program runs on the mesh's first
-/// device on gathered inputs).
-pub(crate) fn compiled_header(a: &Annotations) -> String {
-    format!(
-        "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings). Not partitioned: no per-device programs or collectives yet.\n",
-        a.mesh,
-        a.mesh.device_ids().first().copied().unwrap_or(0)
-    )
+/// path it takes. Shard-local programs (`partition.rs`) run one per-shard program on each
+/// device; the others gather their inputs on the mesh's first device.
+pub(crate) fn compiled_header(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations) -> String {
+    match crate::partition::shard_local(jaxpr, &a.ins) {
+        Some((shape, dims)) => {
+            let ns = NamedSharding { mesh: a.mesh.clone(), spec: spec_of(&dims) };
+            let block: Vec<String> = ns.blocks(&shape).ok().and_then(|b| b.first().map(|(_, i)| i.iter().map(|x| x.1.to_string()).collect())).unwrap_or_default();
+            format!(
+                "// jaxrepl: arguments sharded over {}; path: partitioned (shard-local: this program runs on blocks of shape [{}] on each of the {} devices at once; no gather, no collectives).\n",
+                a.mesh,
+                block.join(","),
+                a.mesh.size()
+            )
+        }
+        None => format!(
+            "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings). Not shard-local: collectives-based partitioning is not built yet.\n",
+            a.mesh,
+            a.mesh.device_ids().first().copied().unwrap_or(0)
+        ),
+    }
 }

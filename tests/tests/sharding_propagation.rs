@@ -325,3 +325,53 @@ fn lowered_text_shows_shardings() {
     assert!(plain.starts_with("module @jit_f {\n"), "{plain}");
     assert!(!plain.contains("sdy."));
 }
+
+/// Shard-local programs run per device without a gather: each device's result shard is
+/// computed on that device's worker from its own input shards; values equal the
+/// single-device run; a chain of such calls stays partitioned.
+#[test]
+fn shard_local_programs_are_partitioned() {
+    setup();
+    let mesh = mesh42();
+    let host = Array::from_vec(arange(64).iter().map(|v| v / 10.0).collect(), &[8, 8]).unwrap();
+    let x = put(&host, &mesh, P!("X", "Y"));
+    let y = put(&(host.clone() * 0.5), &mesh, P!("X", "Y"));
+    let f = jit(|(a, b): (Array, Array)| (a.sin() * &b + 1.0).exp() - b).with_name("f");
+    let before = jax::sharding::partitioned_calls();
+    let z = f.call((&x, &y)).unwrap();
+    assert!(jax::sharding::partitioned_calls() > before, "a shard-local call runs partitioned");
+    assert_eq!(typeof_(&z).to_string(), "float32[8@X,8@Y]");
+    // Shards are per device and hold their blocks of the single-device result.
+    let want = f.call((&host, &(host.clone() * 0.5))).unwrap();
+    let w = want.to_vec::<f32>().unwrap();
+    for (k, s) in z.addressable_shards().unwrap().iter().enumerate() {
+        assert_eq!(s.device.id as usize, k);
+        assert_eq!(s.data.devices().unwrap(), vec![s.device]);
+        let (r0, r1) = s.index[0].unwrap();
+        let (c0, c1) = s.index[1].unwrap();
+        let got = s.data.to_vec::<f32>().unwrap();
+        let mut i = 0;
+        for r in r0..r1 {
+            for c in c0..c1 {
+                assert!((got[i] - w[r * 8 + c]).abs() <= 1e-5 * (1.0 + w[r * 8 + c].abs()));
+                i += 1;
+            }
+        }
+    }
+    close(&z, &want);
+    // Chained: the result's shards feed the next call directly.
+    let z2 = f.call((&z, &y)).unwrap();
+    close(&z2, &f.call((&want, &(host.clone() * 0.5))).unwrap());
+    // The compiled text names the path.
+    let text = f.lower((&x, &y)).unwrap().compile().unwrap().as_text();
+    assert!(text.starts_with("// jaxrepl: arguments sharded over Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)); path: partitioned (shard-local: this program runs on blocks of shape [2,4]"), "{text}");
+    let g = jit(|a: Array| jnp::sum(&a, Some(&[0])).unwrap());
+    // Not shard-local (a reduction over a sharded dim): gathered, and right.
+    close(&g.call(&x).unwrap(), &jnp::sum(&host, Some(&[0])).unwrap());
+    assert!(g.lower(&x).unwrap().compile().unwrap().as_text().contains("path: gathered"));
+    // Replicated along Y: blocks are repeated on both devices of a row.
+    let xr = put(&host, &mesh, P!("X", None));
+    let zr = f.call((&xr, &put(&(host.clone() * 0.5), &mesh, P!("X", None)))).unwrap();
+    assert_eq!(typeof_(&zr).to_string(), "float32[8@X,8]");
+    close(&zr, &want);
+}

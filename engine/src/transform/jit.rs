@@ -433,16 +433,24 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         if place.mesh().is_none() && entry.jaxpr.jaxpr.has_effects() {
             crate::sharding_rules::inspect_unsharded(&entry.jaxpr.jaxpr, place.placement.device);
         }
-        let place = if place.mesh().is_some() {
+        let mut partitioned = None;
+        let place = if let Some(mesh) = place.mesh().cloned() {
             let ins: Vec<Arc<DeviceArray>> = flat.leaves.iter().filter_map(|l| match l {
                 ArgLeaf::Value(a) => a.device().cloned(),
                 ArgLeaf::Spec(_) => None,
             }).collect();
-            place.for_jaxpr(&entry.jaxpr, &ins).map_err(|e| e.at(Some(source_info(loc))))?
+            let place = place.for_jaxpr(&entry.jaxpr, &ins).map_err(|e| e.at(Some(source_info(loc))))?;
+            if !entry.donated.iter().any(|d| *d) {
+                // Shard-local programs run per device, without a gather (`partition.rs`).
+                partitioned = crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh)?;
+            }
+            place
         } else {
             place
         };
-        let outs = if entry.sync {
+        let outs = if let Some(outs) = partitioned {
+            outs
+        } else if entry.sync {
             match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
                 ArgLeaf::Value(a) => a.device().expect("concrete"),
                 ArgLeaf::Spec(_) => unreachable!(),

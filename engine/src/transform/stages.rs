@@ -285,7 +285,7 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     /// takes (`sharding_rules::compiled_header`).
     pub fn as_text(&self) -> String {
         match &self.shardings {
-            Some(a) => crate::sharding_rules::compiled_header(a) + self.exe.optimized_ir(),
+            Some(a) => crate::sharding_rules::compiled_header(&self.jaxpr, a) + self.exe.optimized_ir(),
             None => self.exe.optimized_ir().to_string(),
         }
     }
@@ -358,6 +358,11 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
             })
             .collect::<Result<Vec<_>>>()?;
         let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?.for_jaxpr(&self.jaxpr, &inputs)?;
+        if let Some(mesh) = place.mesh().filter(|_| !self.donated.iter().any(|d| *d)) {
+            if let Some(outs) = crate::partition::try_run("compiled", &self.jaxpr, &inputs, mesh)? {
+                return crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone());
+            }
+        }
         let outs: Vec<Array> = run_donating(&self.exe, &self.jaxpr, inputs, &self.donated, super::jit::sync_ok(&self.jaxpr.jaxpr), &place)?;
         crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone())
     }
