@@ -26,7 +26,8 @@ def html_of(cell):
 
 
 def table(s):
-    return "\n".join(line.strip() for line in s.strip().splitlines())
+    """The table's lines, stripped, without blank lines between tables."""
+    return "\n".join(line.strip() for line in s.strip().splitlines() if line.strip())
 
 
 # JAX 0.11.1 + rich, 8 CPU devices, mesh (4, 2) ('X', 'Y'), array (8, 4).
@@ -159,17 +160,17 @@ def test_reduction_equals_single_device(nb):
 def test_ambiguous_contraction_and_out_sharding(nb):
     (e,) = errors(cell_with(nb, "jnp::dot(&x1, &y1)"))
     assert e.ename == "ShardingTypeError"
-    assert e.evalue == ("Contracting dimensions are sharded and it is ambiguous how the output should be sharded. "
+    assert e.evalue.startswith("Contracting dimensions are sharded and it is ambiguous how the output should be sharded. "
                         "Please specify the output sharding via the `out_sharding` parameter. "
-                        "Got lhs_contracting_spec=('X',) and rhs_contracting_spec=('X',)")
+                        "Got lhs_contracting_spec=('X',) and rhs_contracting_spec=('X',)"), e.evalue
     assert outputs_text(cell_with(nb, "dot_out_sharding(&x1")).strip().splitlines() == ["float32[8@X,16]", "true"]
 
 
 def test_illegal_result_and_fix(nb):
     (e,) = errors(cell_with(nb, "add.call((&r, &k))"))
     assert e.ename == "ShardingTypeError"
-    assert e.evalue == ("add operation with inputs: i32[4@X,4], i32[4,4@X] produces an illegally sharded "
-                        "result: i32[4@X,4@X]")
+    assert e.evalue.startswith("add operation with inputs: i32[4@X,4], i32[4,4@X] produces an illegally sharded "
+                               "result: i32[4@X,4@X]"), e.evalue
     text = outputs_text(cell_with(nb, "let fixed = add.call"))
     assert text.splitlines()[0] == "int32[4@X,4]"
     nums = [int(v) for v in re.findall(r"-?\d+", "\n".join(text.splitlines()[1:]).split("dtype")[0])]
