@@ -16,6 +16,11 @@ def nb(jaxrepl_kernelspec):
     return run_notebook("201-04-placement", jaxrepl_kernelspec)
 
 
+def lines(cell):
+    """A cell's output lines (streams, then the value), without blank lines."""
+    return [line for line in outputs_text(cell).splitlines() if line.strip()]
+
+
 def errors(cell):
     return [o for o in cell.outputs if o.output_type == "error"]
 
@@ -34,7 +39,7 @@ def test_config_frozen_after_start(nb):
 def test_mesh_reprs(nb):
     assert outputs_text(cell_with(nb, "let full = make_mesh")).strip() == \
         "Mesh(axis_sizes=(8,), axis_names=('x',), axis_types=(Explicit,))"
-    text = outputs_text(cell_with(nb, "let mesh_a = Mesh::new")).strip().splitlines()
+    text = lines(cell_with(nb, "let mesh_a = Mesh::new"))
     assert text[0] == "Mesh('x': 4, axis_types=(Explicit,))"
     assert text[1] == "[CpuDevice(id=0), CpuDevice(id=1), CpuDevice(id=2), CpuDevice(id=3)]"
     assert text[2] == "[CpuDevice(id=4), CpuDevice(id=5), CpuDevice(id=6), CpuDevice(id=7)]"
@@ -79,7 +84,7 @@ def test_uncommitted_follows(nb):
 
 
 def test_device_put_moves_between_meshes(nb):
-    text = outputs_text(cell_with(nb, "let xb = device_put(&xa")).strip().splitlines()
+    text = lines(cell_with(nb, "let xb = device_put(&xa"))
     assert text[0] == "true"
     assert text[1] == "[4, 5, 6, 7]"
     assert [float(v) for v in re.findall(r"[\d.]+", text[2])] == [float(i) for i in range(8)]
@@ -93,7 +98,7 @@ def test_reversed_mesh_moves_data(nb):
 
 
 def test_pipeline_over_stage_meshes(nb):
-    text = outputs_text(cell_with(nb, "let stage_meshes")).strip().splitlines()
+    text = lines(cell_with(nb, "let stage_meshes"))
     assert text[0] == "true"
     assert text[1] == "[[0, 1], [2, 3], [4, 5], [6, 7]]"
     got = [float(v) for v in re.findall(r"-?[\d.]+(?:e-?\d+)?", text[2])]

@@ -16,6 +16,11 @@ def nb(jaxrepl_kernelspec):
     return run_notebook("201-05-sharding", jaxrepl_kernelspec)
 
 
+def lines(cell):
+    """A cell's output lines (streams, then the value), without blank lines."""
+    return [line for line in outputs_text(cell).splitlines() if line.strip()]
+
+
 def errors(cell):
     return [o for o in cell.outputs if o.output_type == "error"]
 
@@ -86,7 +91,7 @@ REPLICATED = """
 def test_mesh_and_types(nb):
     assert outputs_text(cell_with(nb, "set_mesh(&mesh).keep()")).strip() == \
         "Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))"
-    text = outputs_text(cell_with(nb, "let x = device_put(")).strip().splitlines()
+    text = lines(cell_with(nb, "let x = device_put("))
     assert text[0] == "float32[8@X,4@Y]"
     assert text[1] == "float32[4@Y,8@X]"
     assert text[2] == ("NamedSharding(mesh=Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)), "
@@ -148,9 +153,9 @@ def test_broadcast_add_propagates(nb):
 
 
 def test_reduction_equals_single_device(nb):
-    lines = outputs_text(cell_with(nb, "let total = jit(")).strip().splitlines()
-    t1, v1 = lines[0].split("  ")
-    t2, v2 = lines[1].split("  ")
+    out = lines(cell_with(nb, "let total = jit("))
+    t1, v1 = out[0].split("  ")
+    t2, v2 = out[1].split("  ")
     assert (t1, t2) == ("float32[4@Y]", "float32[4]")
     want = [2.0 * sum(r * 4 + c for r in range(8)) for c in range(4)]
     assert [float(v) for v in v1.strip("[]").split(", ")] == want
@@ -163,7 +168,7 @@ def test_ambiguous_contraction_and_out_sharding(nb):
     assert e.evalue.startswith("Contracting dimensions are sharded and it is ambiguous how the output should be sharded. "
                         "Please specify the output sharding via the `out_sharding` parameter. "
                         "Got lhs_contracting_spec=('X',) and rhs_contracting_spec=('X',)"), e.evalue
-    assert outputs_text(cell_with(nb, "dot_out_sharding(&x1")).strip().splitlines() == ["float32[8@X,16]", "true"]
+    assert lines(cell_with(nb, "dot_out_sharding(&x1")) == ["float32[8@X,16]", "true"]
 
 
 def test_illegal_result_and_fix(nb):
@@ -195,7 +200,7 @@ def test_in_and_out_shardings(nb):
 
 
 def test_inspect_inside_jit(nb):
-    text = outputs_text(cell_with(nb, "inspect_array_sharding(&t")).strip().splitlines()
+    text = lines(cell_with(nb, "inspect_array_sharding(&t"))
     assert text[0] == ("inside jit: NamedSharding(mesh=Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)), "
                        "spec=P('Y', 'X'), memory_kind=device)")
     assert text[-1] == "ShapedArray(float32[4@Y,8@X])"
