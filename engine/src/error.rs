@@ -30,6 +30,9 @@ pub enum ErrorKind {
     UnexpectedTracer,
     /// A feature that exists in JAX's model but not for these arguments (JAX: `NotImplementedError`).
     NotImplemented,
+    /// An operation's result cannot be sharded as its inputs ask (JAX: `ShardingTypeError`,
+    /// explicit-sharding mode).
+    ShardingType,
 }
 
 /// An engine error: a kind, a message, and where in the user's code it arose.
@@ -80,6 +83,7 @@ impl Error {
             ErrorKind::FloatingPoint => "FloatingPointError",
             ErrorKind::UnexpectedTracer => "UnexpectedTracerError",
             ErrorKind::NotImplemented => "NotImplementedError",
+            ErrorKind::ShardingType => "ShardingTypeError",
         }
     }
 }

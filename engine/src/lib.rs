@@ -20,6 +20,8 @@ pub mod progress;
 pub mod random;
 pub mod runtime;
 pub mod sharding;
+pub(crate) mod sharding_rules;
+pub(crate) mod partition;
 pub mod trace;
 pub mod transform;
 pub mod tree;

@@ -416,6 +416,25 @@ pub fn precision_compare<T: CompareOutput>(call: impl Fn() -> T) -> Result<Text>
     Ok(Text(s))
 }
 
+/// `%sharding x`: `debug::visualize_array_sharding(x)` (text table; coloured blocks in a
+/// terminal; HTML grid with per-device bytes in Jupyter). Errors: arrays of rank other
+/// than 1 or 2 (JAX's `ValueError`); tracers.
+pub fn sharding(x: &crate::trace::Array) -> Result<crate::display::sharding_view::ShardingView> {
+    crate::sharding::visualize_array_sharding(x)
+}
+
+/// `%mesh` / `%mesh m`: the mesh's devices on a grid labelled by axis (`set_mesh`'s mesh
+/// when none is given). Errors: `ValueError` when no mesh is given or set.
+pub fn mesh(m: Option<&crate::sharding::Mesh>) -> Result<crate::display::sharding_view::ShardingView> {
+    let m = match m {
+        Some(m) => m.clone(),
+        None => crate::sharding::get_mesh().ok_or_else(|| {
+            crate::error::Error::value_error("no mesh is set: pass one (`%mesh mesh`) or call set_mesh(&mesh) first")
+        })?,
+    };
+    Ok(crate::sharding::visualize_mesh(&m))
+}
+
 /// `%help`: the magics and the prelude's main names.
 pub fn help() -> Text {
     Text(

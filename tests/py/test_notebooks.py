@@ -14,10 +14,10 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NOTEBOOKS = ["201-01-jit", "201-02-aot", "201-03-control-flow", "201-08-profiling", "201-09-debugging",
+NOTEBOOKS = ["201-01-jit", "201-02-aot", "201-03-control-flow", "201-04-placement", "201-05-sharding",
+             "201-06-shard-map", "201-07-callbacks", "201-08-profiling", "201-09-debugging",
              "201-10-slow-compilation", "201-11-precision", "201-12-controlling-xla", "201-13-gpu-memory",
-             "201-07-callbacks", "201-14-memory-spaces"]
-NOTEBOOKS += ["201-06-shard-map"]
+             "201-14-memory-spaces"]
 NOTEBOOK = os.path.join(ROOT, "notebooks", "201-01-jit.ipynb")
 KERNEL = "jaxrepl"
 # Generous: a cold engine build in the evaluation child takes about a minute on 2 cores.

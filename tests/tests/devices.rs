@@ -247,9 +247,9 @@ fn ops_on_sharded_arrays_are_right_and_keep_shardings() {
         let got = s.data.to_vec::<f32>().unwrap();
         assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() < 1e-6));
     }
-    // Other shapes are replicated on the mesh (temporary, until the partitioner).
+    // Shardings propagate through shape ops (tests/tests/sharding_propagation.rs).
     let t = jnp::transpose(&x, None).unwrap();
-    assert_eq!(typeof_(&t).to_string(), "float32[4,8]");
+    assert_eq!(typeof_(&t).to_string(), "float32[4@Y,8@X]");
     assert_eq!(t.sharding().unwrap().mesh(), Some(&mesh));
     // Sharded + sharded on one mesh, and under jit.
     let z = &x + &y;

@@ -42,6 +42,8 @@ macro_rules! debug_print {
 pub use crate::debug_print as print;
 /// `jax.debug.visualize_array_sharding`: the table as `Text`, which a cell shows as is.
 pub use crate::sharding::visualize_array_sharding;
+/// `jax.debug.inspect_array_sharding`: calls back with an array's sharding, inside `jit` too.
+pub use crate::sharding::inspect_array_sharding;
 
 pub use crate::debug_breakpoint as breakpoint;
 

@@ -3,6 +3,7 @@
 
 pub mod html;
 pub mod repr;
+pub mod sharding_view;
 
 use crate::ir::DType;
 use crate::runtime::Buffer;

@@ -93,7 +93,8 @@ pub fn apply(mut prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedA
         crate::runtime::callbacks::fire(*callback, bufs);
         return Ok(vec![]);
     }
-    let place = crate::sharding::out_place(inputs.iter(), prim.name(), crate::sharding::eager_arg_name(inputs.len()))?;
+    let place = crate::sharding::out_place(inputs.iter(), prim.name(), crate::sharding::eager_arg_name(inputs.len()))?
+        .for_eqn(&prim, &inputs, &out_avals)?;
     let avals: SmallVec<[&ShapedArray; 4]> = inputs.iter().map(|d| &d.aval).collect();
     let k = key(&prim, &avals);
     let hit = cache()
@@ -119,7 +120,7 @@ pub fn apply(mut prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedA
             return Ok(outs);
         }
     }
-    let outs: Vec<Arc<DeviceArray>> = out_avals.iter().map(|a| place.out(a.clone(), None)).collect();
+    let outs: Vec<Arc<DeviceArray>> = out_avals.iter().enumerate().map(|(i, a)| place.out(i, a.clone(), None)).collect();
     let exe = entry.exe.clone();
     dispatch::submit_on(place.placement.device, outs.clone(), move || {
         let bufs = inputs.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;

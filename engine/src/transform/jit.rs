@@ -166,6 +166,14 @@ pub(crate) fn sync_ok(j: &crate::ir::Jaxpr) -> bool {
     !j.has_effects() && !loops(j)
 }
 
+/// A jitted function's `in_shardings` (per argument position) and `out_shardings` (per
+/// output leaf).
+#[derive(Clone, Default)]
+pub(crate) struct JitShardings {
+    ins: Option<Vec<Option<crate::sharding::PutTarget>>>,
+    outs: Option<Vec<crate::sharding::PutTarget>>,
+}
+
 pub(crate) struct JitInner<A, R> {
     f: Box<dyn Fn(A) -> Result<R>>,
     pub(crate) name: String,
@@ -175,6 +183,9 @@ pub(crate) struct JitInner<A, R> {
     static_argnums: Vec<usize>,
     /// `compiler_options` (JAX's `jit(f, compiler_options={...})`), checked at the first compile.
     compiler_options: Vec<(String, String)>,
+    /// `in_shardings` / `out_shardings` (global-view sharding): where each argument is
+    /// placed before the call and each output after it.
+    shardings: JitShardings,
     /// Trace cache: signature hash (`signature_hash`) → the signatures with that hash.
     cache: Mutex<HashMap<u64, Vec<(Signature, Arc<CacheEntry>)>>>,
     seen: Mutex<Vec<Signature>>,
@@ -228,6 +239,7 @@ where
             donate_argnums: Vec::new(),
             static_argnums: Vec::new(),
             compiler_options: Vec::new(),
+            shardings: JitShardings::default(),
             cache: Mutex::new(HashMap::new()),
             seen: Mutex::new(Vec::new()),
         }),
@@ -266,6 +278,56 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("compiler_options must be called right after jit"));
         let compiler_options = options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Jitted { inner: Arc::new(JitInner { compiler_options, ..inner }), _p: PhantomData }
+    }
+
+    /// JAX's `jit(f, in_shardings=…)`: argument `i` (a position in the argument tuple, 0
+    /// for a function of one argument) is placed as `shardings[i]` before each call (a
+    /// `NamedSharding`, a `PartitionSpec` on the mesh set by `set_mesh`, or a `Device`;
+    /// `None` leaves it where it is); every leaf of that argument gets it. Arrays already
+    /// laid out that way are not moved. Errors at the call: as `device_put`.
+    /// Must be called right after `jit` (panics once the function is shared).
+    pub fn in_shardings<T: Into<crate::sharding::PutTarget>>(self, shardings: Vec<Option<T>>) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("in_shardings must be called right after jit"));
+        let ins = shardings.into_iter().map(|s| s.map(Into::into)).collect();
+        Jitted { inner: Arc::new(JitInner { shardings: JitShardings { ins: Some(ins), ..inner.shardings.clone() }, ..inner }), _p: PhantomData }
+    }
+
+    /// JAX's `jit(f, out_shardings=…)`: output leaf `i` is laid out as `shardings[i]` (one
+    /// entry applies to every output). The values are the single-device result's.
+    /// Must be called right after `jit` (panics once the function is shared).
+    pub fn out_shardings<T: Into<crate::sharding::PutTarget>>(self, shardings: Vec<T>) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("out_shardings must be called right after jit"));
+        let outs = shardings.into_iter().map(Into::into).collect();
+        Jitted { inner: Arc::new(JitInner { shardings: JitShardings { outs: Some(outs), ..inner.shardings.clone() }, ..inner }), _p: PhantomData }
+    }
+
+    /// Places the flat argument leaves per `in_shardings`.
+    fn place_inputs(&self, flat: &mut Flat) -> Result<()> {
+        let Some(ins) = &self.inner.shardings.ins else { return Ok(()) };
+        let ranges = flat.treedef.arg_leaf_ranges();
+        for (i, target) in ins.iter().enumerate() {
+            let (Some(t), Some(r)) = (target, ranges.get(i)) else { continue };
+            for leaf in &mut flat.leaves[r.clone()] {
+                if let ArgLeaf::Value(a) = leaf {
+                    if !a.is_tracer() && !crate::sharding::placed_as(a, t) {
+                        *a = crate::sharding::device_put(a, t.clone())?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lays the outputs out per `out_shardings`.
+    fn place_outputs(&self, outs: Vec<Array>) -> Result<Vec<Array>> {
+        let Some(targets) = &self.inner.shardings.outs else { return Ok(outs) };
+        outs.into_iter()
+            .enumerate()
+            .map(|(i, o)| match targets.get(i).or(if targets.len() == 1 { targets.first() } else { None }) {
+                Some(t) if !crate::sharding::placed_as(&o, t) => crate::sharding::device_put(&o, t.clone()),
+                _ => Ok(o),
+            })
+            .collect()
     }
 
     /// The LLVM optimisation level this function compiles at (its `compiler_options`,
@@ -331,7 +393,10 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     #[track_caller]
     pub fn call(&self, args: impl Args<A>) -> Result<R> {
         let loc = Location::caller();
-        let flat = self.flatten(args)?;
+        let mut flat = self.flatten(args)?;
+        if !trace::is_tracing() {
+            self.place_inputs(&mut flat)?;
+        }
         if trace::is_tracing() || config::disable_jit() || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.is_tracer())) {
             // Nested jit: inline into the enclosing trace. Under `jax_disable_jit` the
             // function runs eagerly on the concrete arguments.
@@ -373,7 +438,27 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             &self.inner.name,
             |i| format!("args[{i}]"),
         )?;
-        let outs = if entry.sync {
+        if place.mesh().is_none() && entry.jaxpr.jaxpr.has_effects() {
+            crate::sharding_rules::inspect_unsharded(&entry.jaxpr.jaxpr, place.placement.device);
+        }
+        let mut partitioned = None;
+        let place = if let Some(mesh) = place.mesh().cloned() {
+            let ins: Vec<Arc<DeviceArray>> = flat.leaves.iter().filter_map(|l| match l {
+                ArgLeaf::Value(a) => a.device().cloned(),
+                ArgLeaf::Spec(_) => None,
+            }).collect();
+            let place = place.for_jaxpr(&entry.jaxpr, &ins).map_err(|e| e.at(Some(source_info(loc))))?;
+            if !entry.donated.iter().any(|d| *d) {
+                // Shard-local programs run per device, without a gather (`partition.rs`).
+                partitioned = crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh)?;
+            }
+            place
+        } else {
+            place
+        };
+        let outs = if let Some(outs) = partitioned {
+            outs
+        } else if entry.sync {
             match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
                 ArgLeaf::Value(a) => a.device().expect("concrete"),
                 ArgLeaf::Spec(_) => unreachable!(),
@@ -397,6 +482,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             }
             dispatch::barrier()?;
         }
+        let outs = self.place_outputs(outs)?;
         crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
     }
 
@@ -622,7 +708,13 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     pub fn trace(&self, args: impl Args<A>) -> Result<Traced<A, R>> {
         let flat = self.flatten(args)?;
         let (entry, _) = self.lookup_or_trace(&flat, Location::caller())?;
-        Ok(Traced::new(self.clone(), entry, Signature::of(&flat)))
+        let mut t = Traced::new(self.clone(), entry.clone(), Signature::of(&flat));
+        if flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| d.sharded_info().is_some()))) {
+            let leaves: Vec<Option<Arc<DeviceArray>>> =
+                flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect();
+            t.shardings = crate::sharding_rules::annotations(&entry.jaxpr, &leaves);
+        }
+        Ok(t)
     }
 
     /// `jit(f).lower(args)`: trace then lower.
@@ -747,7 +839,7 @@ fn py_bool(b: bool) -> &'static str {
 /// Outputs are placed by `place` (`sharding::out_place`); the work runs on that device's
 /// worker.
 pub(crate) fn run(exe: &pipeline::ExecutableRef, jaxpr: &ClosedJaxpr, inputs: Vec<Arc<DeviceArray>>, place: &OutPlace) -> Result<Vec<Array>> {
-    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().map(|a| place.out(a, None)).collect();
+    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().enumerate().map(|(i, a)| place.out(i, a, None)).collect();
     let exe = exe.clone();
     dispatch::submit_on(place.placement.device, outs.clone(), move || {
         let bufs = inputs.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;
@@ -855,7 +947,8 @@ pub(crate) fn run_sync<'a>(
     Ok(Some(
         outs.into_iter()
             .zip(&jaxpr.jaxpr.outvars)
-            .map(|(b, v)| Array::from_device(place.out(v.aval().clone(), Some(Arc::new(b)))))
+            .enumerate()
+            .map(|(i, (b, v))| Array::from_device(place.out(i, v.aval().clone(), Some(Arc::new(b)))))
             .collect(),
     ))
 }
@@ -900,7 +993,7 @@ pub(crate) fn run_donating(
             inputs[i].delete();
         }
     }
-    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().map(|a| place.out(a, None)).collect();
+    let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().enumerate().map(|(i, a)| place.out(i, a, None)).collect();
     let exe = exe.clone();
     dispatch::submit_on(place.placement.device, outs.clone(), move || {
         let mut bufs: Vec<Option<Arc<Buffer>>> = Vec::with_capacity(inputs.len());

@@ -17,11 +17,13 @@ pub struct Traced<A, R> {
     f: Jitted<A, R>,
     entry: Arc<CacheEntry>,
     sig: Signature,
+    /// The arguments' and results' shardings when traced on sharded arrays.
+    pub(crate) shardings: Option<crate::sharding_rules::Annotations>,
 }
 
 impl<A: Pytree, R: Pytree> Traced<A, R> {
     pub(crate) fn new(f: Jitted<A, R>, entry: Arc<CacheEntry>, sig: Signature) -> Self {
-        Traced { f, entry, sig }
+        Traced { f, entry, sig, shardings: None }
     }
     /// The closed jaxpr (prints in JAX's format).
     pub fn jaxpr(&self) -> &ClosedJaxpr {
@@ -55,7 +57,7 @@ impl<A: Pytree, R: Pytree> Traced<A, R> {
                 Arc::new(pipeline::lower_closed(&self.entry.jaxpr, self.f.name(), &opts)?)
             }
         };
-        Ok(Lowered { f: self.f.clone(), entry: self.entry.clone(), module })
+        Ok(Lowered { f: self.f.clone(), entry: self.entry.clone(), module, shardings: self.shardings.clone() })
     }
 }
 
@@ -160,17 +162,25 @@ pub struct Lowered<A, R> {
     f: Jitted<A, R>,
     entry: Arc<CacheEntry>,
     module: Arc<LoweredModule>,
+    shardings: Option<crate::sharding_rules::Annotations>,
 }
 
 impl<A: Pytree, R: Pytree> Lowered<A, R> {
-    /// The module text (`module @jit_f { func.func public @main(...) ... }`).
+    /// The module text (`module @jit_f { func.func public @main(...) ... }`). Traced on
+    /// sharded arrays, it shows JAX's Shardy annotations (`mhlo.num_partitions`, `sdy.mesh`,
+    /// a `sdy.sharding` per argument and result); the module that compiles has none.
     pub fn as_text(&self) -> String {
-        self.module.text.clone()
+        match &self.shardings {
+            Some(a) => crate::sharding_rules::annotate_text(&self.module.text, a),
+            None => self.module.text.clone(),
+        }
     }
     /// Compiles to native code (through the executable cache).
     /// Errors: pass pipeline or code generation failures.
     pub fn compile(&self) -> Result<Compiled<A, R>> {
-        self.f.compile_entry(&self.entry)
+        let mut c = self.f.compile_entry(&self.entry)?;
+        c.shardings = self.shardings.clone();
+        Ok(c)
     }
     /// Compiles with options (JAX's `lowered.compile(compiler_options={...})`), e.g.
     /// `compile_with(&[("opt_level", "3")])`. Each level is a separate entry of the
@@ -207,6 +217,7 @@ pub struct Compiled<A, R> {
     donated: Vec<bool>,
     static_argnums: Vec<usize>,
     opt_level: u8,
+    pub(crate) shardings: Option<crate::sharding_rules::Annotations>,
     _p: std::marker::PhantomData<fn(A) -> R>,
 }
 
@@ -220,7 +231,7 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
         donated: Vec<bool>,
         static_argnums: Vec<usize>,
     ) -> Self {
-        Compiled { module, exe, jaxpr, out_statics, out_tree, donated, static_argnums, opt_level: 2, _p: std::marker::PhantomData }
+        Compiled { module, exe, jaxpr, out_statics, out_tree, donated, static_argnums, opt_level: 2, shardings: None, _p: std::marker::PhantomData }
     }
     /// Records the LLVM optimisation level the executable was compiled at (default 2).
     pub(crate) fn with_opt_level(mut self, opt_level: u8) -> Self {
@@ -270,8 +281,13 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
         self.as_text_stage(Stage::Asm)
     }
     /// The optimized module (after bufferization and loop lowering).
+    /// On sharded arguments, a first comment line says which execution path the call
+    /// takes (`sharding_rules::compiled_header`).
     pub fn as_text(&self) -> String {
-        self.exe.optimized_ir().to_string()
+        match &self.shardings {
+            Some(a) => crate::sharding_rules::compiled_header(&self.jaxpr, a) + self.exe.optimized_ir(),
+            None => self.exe.optimized_ir().to_string(),
+        }
     }
     /// LLVM IR of the compiled module.
     pub fn llvm_ir(&self) -> Result<String> {
@@ -341,7 +357,12 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
                 ArgLeaf::Spec(_) => Err(Error::type_error("cannot call a Compiled with ShapeDtypeStruct specs")),
             })
             .collect::<Result<Vec<_>>>()?;
-        let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?;
+        let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?.for_jaxpr(&self.jaxpr, &inputs)?;
+        if let Some(mesh) = place.mesh().filter(|_| !self.donated.iter().any(|d| *d)) {
+            if let Some(outs) = crate::partition::try_run("compiled", &self.jaxpr, &inputs, mesh)? {
+                return crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone());
+            }
+        }
         let outs: Vec<Array> = run_donating(&self.exe, &self.jaxpr, inputs, &self.donated, super::jit::sync_ok(&self.jaxpr.jaxpr), &place)?;
         crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone())
     }

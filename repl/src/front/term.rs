@@ -91,6 +91,10 @@ impl Printer {
 /// The text a terminal shows for a display: its `text/plain`, else a note listing the
 /// MIME types it carries.
 pub fn display_text(items: &[(String, String)]) -> String {
+    // Coloured text drawn for terminals (`%sharding`'s blocks) wins over plain text.
+    if let Some((_, text)) = items.iter().find(|(m, _)| m == "application/vnd.jaxrepl.ansi") {
+        return text.trim_end_matches('\n').to_string();
+    }
     if let Some((_, text)) = items.iter().find(|(m, _)| m == "text/plain") {
         return text.trim_end_matches('\n').to_string();
     }

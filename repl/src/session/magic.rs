@@ -19,6 +19,11 @@ pub enum MagicArg {
     /// `%name [VALUE]` calls `<function>("VALUE")` (a word, or empty); `%name compare CALL`
     /// calls `<function>_compare(|| CALL)` (`%precision`).
     WordOrCompare,
+    /// An expression passed by reference, `<function>(&(EXPR))` (`%sharding x`).
+    Ref,
+    /// An optional expression by reference: `<function>(None)` or
+    /// `<function>(Some(&(EXPR)))` (`%mesh`, `%mesh m`).
+    OptRef,
 }
 
 /// One known magic.
@@ -48,6 +53,8 @@ pub const MAGICS: &[MagicSpec] = &[
     MagicSpec { name: "explain", function: "explain", arg: MagicArg::None, summary: "explain the last cache misses" },
     MagicSpec { name: "eqn-count", function: "eqn_counts", arg: MagicArg::Call, summary: "count CALL's jaxpr equations per source line" },
     MagicSpec { name: "precision", function: "precision", arg: MagicArg::WordOrCompare, summary: "show/set jax_default_matmul_precision (%precision highest|BF16_BF16_F32|none); %precision compare CALL: each preset's error and time" },
+    MagicSpec { name: "sharding", function: "sharding", arg: MagicArg::Ref, summary: "draw which devices hold which block of array X (coloured; HTML in Jupyter)" },
+    MagicSpec { name: "mesh", function: "mesh", arg: MagicArg::OptRef, summary: "draw the devices of mesh M (default: the one set with set_mesh) by axis" },
     MagicSpec { name: "help", function: "help", arg: MagicArg::None, summary: "list the magics" },
 ];
 
@@ -80,6 +87,8 @@ pub fn help_text() -> String {
             MagicArg::StageCall => format!("%{} [--stage S] CALL", m.name),
             MagicArg::WordOrCompare => format!("%{} [V|compare CALL]", m.name),
             MagicArg::None => format!("%{}", m.name),
+            MagicArg::Ref => format!("%{} X", m.name),
+            MagicArg::OptRef => format!("%{} [M]", m.name),
         };
         text.push_str(&format!("  {usage:<16} {}\n", m.summary));
     }
@@ -152,6 +161,16 @@ pub fn rewrite(cell: &str) -> Rewrite {
                 ));
             }
             Rewrite::Code(format!("{prefix}jax::magic::{}(\"{word}\")", spec.function))
+        }
+        MagicArg::Ref | MagicArg::OptRef => {
+            let body = arg.trim();
+            let body = body.strip_suffix(';').unwrap_or(body).trim();
+            match (body.is_empty(), spec.arg) {
+                (true, MagicArg::OptRef) => Rewrite::Code(format!("{prefix}jax::magic::{}(None)", spec.function)),
+                (true, _) => Rewrite::Error(format!("%{} needs an array, e.g. `%{} x`", spec.name, spec.name)),
+                (false, MagicArg::OptRef) => Rewrite::Code(format!("{prefix}jax::magic::{}(Some(&({body})))", spec.function)),
+                (false, _) => Rewrite::Code(format!("{prefix}jax::magic::{}(&({body}))", spec.function)),
+            }
         }
         MagicArg::None => {
             if !arg.trim().is_empty() {
@@ -243,6 +262,11 @@ mod tests {
         assert_eq!(code("%memory"), "jax::magic::memory()");
         assert_eq!(code("%eqn-count slow.call(&x)"), "jax::magic::eqn_counts(|| slow.call(&x))");
         assert_eq!(code("  %help  \n"), "jax::magic::help()");
+        assert_eq!(code("%sharding x"), "jax::magic::sharding(&(x))");
+        assert_eq!(code("%sharding ys[0];"), "jax::magic::sharding(&(ys[0]))");
+        assert_eq!(code("%mesh"), "jax::magic::mesh(None)");
+        assert_eq!(code("%mesh m2\n"), "jax::magic::mesh(Some(&(m2)))");
+        assert!(matches!(rewrite("%sharding"), Rewrite::Error(_)));
     }
 
     #[test]

@@ -1,0 +1,603 @@
+//! Sharding propagation: each primitive's output shardings from its inputs' (JAX's
+//! per-primitive `sharding_rule`s in `jax/_src/lax/lax.py`), for eager ops on sharded
+//! arrays and over whole jaxprs for jitted calls.
+//!
+//! The rules, per dimension of a `PartitionSpec` (the mesh axes a dimension is split over):
+//! * elementwise ops (every non-0-d input has the output's shape, e.g. `add`, `sin`,
+//!   `select_n`, `convert_element_type`): a dimension takes the axes of the inputs that
+//!   shard it; two inputs sharding one dimension over different axes is JAX's
+//!   `… got incompatible shardings for broadcasting` error;
+//! * `broadcast_in_dim`: operand dims keep their axes at their new positions, new and
+//!   size-1-broadcast dims are unsharded; `transpose` permutes; `reshape` keeps the axes of
+//!   dims that are unchanged or the major dim of a split/merge group (else JAX-like error);
+//! * reductions (`reduce_sum` … `argmax`) drop the reduced dims: a reduction over a sharded
+//!   dim is a partial result per device that an all-reduce completes, so the result is
+//!   replicated along those axes (`float32[8@X,4@Y]`.sum(0) → `float32[4@Y]`);
+//! * `dot_general`: batch dims from the operands' batch dims, then lhs and rhs free dims;
+//!   contracting dims sharded differently, or sharded at all without an `out_sharding`,
+//!   are JAX's errors;
+//! * any result that uses one mesh axis twice is JAX's `… produces an illegally sharded
+//!   result` error;
+//! * nested jaxprs (`pjit`, custom-derivative calls, `checkpoint`) are propagated through;
+//!   other primitives (gather, scatter, convolutions, control flow) give replicated
+//!   results.
+//!
+//! Errors are `ShardingTypeError`s, raised only when the axes involved are `Explicit`: over
+//! `Auto` axes the layout is the compiler's choice and a conflicting dimension is left
+//! unsharded instead (as XLA would choose for us).
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::ir::{Atom, CallbackId, Jaxpr, Primitive, ShapedArray};
+use crate::sharding::{AxisType, Device, Mesh, NamedSharding, PEntry, PartitionSpec, PutTarget, Sharding, SingleDeviceSharding};
+use crate::trace::Array;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Per dimension: the mesh axes it is split over (major to minor).
+pub(crate) type Dims = Vec<Vec<String>>;
+
+/// `spec` padded with unsharded dims to `ndim`.
+pub(crate) fn dims_of(spec: &PartitionSpec, ndim: usize) -> Dims {
+    (0..ndim).map(|d| spec.axes(d).to_vec()).collect()
+}
+
+/// The `PartitionSpec` of `dims`, trailing unsharded dims dropped (as JAX prints
+/// `P('x',)` for a `[8@x,4]` result... JAX keeps `None`s given explicitly; propagated specs
+/// keep one entry per dimension, as `P('X', None)`).
+pub(crate) fn spec_of(dims: &Dims) -> PartitionSpec {
+    PartitionSpec::from_entries(dims.iter().map(|a| PEntry(a.clone())).collect())
+}
+
+/// A dimension's spec entry as Python prints it inside a tuple: `'X'`, `None`, `('X', 'Y')`.
+fn entry_text(axes: &[String]) -> String {
+    match axes.len() {
+        0 => "None".to_string(),
+        1 => format!("'{}'", axes[0]),
+        _ => format!("({})", axes.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// A tuple of entries as Python prints it: `('X',)`, `('X', None)`, `()`.
+fn tuple_text(entries: &[&Vec<String>]) -> String {
+    let v: Vec<String> = entries.iter().map(|e| entry_text(e)).collect();
+    if v.len() == 1 {
+        format!("({},)", v[0])
+    } else {
+        format!("({})", v.join(", "))
+    }
+}
+
+/// The short type with explicit axes, as JAX's sharding errors print it: `i32[4@X,4]`.
+fn short_type(aval: &ShapedArray, dims: &Dims) -> String {
+    let parts: Vec<String> = aval
+        .shape
+        .iter()
+        .enumerate()
+        .map(|(d, n)| match dims.get(d).map(|a| a.len()).unwrap_or(0) {
+            0 => n.to_string(),
+            1 => format!("{n}@{}", dims[d][0]),
+            _ => format!("{n}@({})", dims[d].join(",")),
+        })
+        .collect();
+    format!("{}[{}]", aval.dtype.short_name(), parts.join(","))
+}
+
+/// Whether every axis in `axes` is `Explicit` on `mesh` (errors are raised only then).
+fn all_explicit<'a>(mesh: &Mesh, mut axes: impl Iterator<Item = &'a String>) -> bool {
+    axes.all(|a| mesh.axis_names().iter().position(|n| n == a).map(|k| mesh.axis_types()[k] == AxisType::Explicit).unwrap_or(false))
+}
+
+fn sharding_error(msg: String) -> Error {
+    Error::new(ErrorKind::ShardingType, msg)
+}
+
+/// Merges the inputs' dims of an elementwise op of output rank `ndim`.
+fn elementwise(name: &str, mesh: &Mesh, ins: &[(&ShapedArray, &Dims)], out: &ShapedArray) -> Result<Dims> {
+    let mut res: Dims = vec![vec![]; out.ndim()];
+    for d in 0..out.ndim() {
+        let mut chosen: Option<&Vec<String>> = None;
+        for (a, dims) in ins {
+            if a.ndim() != out.ndim() {
+                continue;
+            }
+            let e = &dims[d];
+            if e.is_empty() {
+                continue;
+            }
+            match chosen {
+                None => chosen = Some(e),
+                Some(c) if c == e => {}
+                Some(c) => {
+                    if all_explicit(mesh, c.iter().chain(e.iter())) {
+                        let specs: Vec<String> = ins
+                            .iter()
+                            .filter(|(a, _)| a.ndim() == out.ndim())
+                            .map(|(_, dims)| tuple_text(&dims.iter().collect::<Vec<_>>()))
+                            .collect();
+                        return Err(sharding_error(format!("{name} got incompatible shardings for broadcasting: {}.", specs.join(", "))));
+                    }
+                    chosen = None;
+                    res[d] = vec![];
+                    break;
+                }
+            }
+        }
+        if let Some(c) = chosen {
+            res[d] = c.clone();
+        }
+    }
+    check_unique(name, mesh, ins, out, res)
+}
+
+/// JAX's check that a result uses each mesh axis at most once.
+fn check_unique(name: &str, mesh: &Mesh, ins: &[(&ShapedArray, &Dims)], out: &ShapedArray, mut res: Dims) -> Result<Dims> {
+    let mut seen: Vec<&String> = vec![];
+    let mut dup: Option<String> = None;
+    for e in &res {
+        for a in e {
+            if seen.contains(&a) {
+                dup = Some(a.clone());
+            }
+            seen.push(a);
+        }
+    }
+    if let Some(a) = dup {
+        if all_explicit(mesh, std::iter::once(&a)) {
+            let ins_text: Vec<String> = ins.iter().map(|(a, d)| short_type(a, d)).collect();
+            return Err(sharding_error(format!(
+                "{name} operation with inputs: {} produces an illegally sharded result: {}",
+                ins_text.join(", "),
+                short_type(out, &res)
+            )));
+        }
+        // Auto: keep the first use only.
+        let mut seen: Vec<String> = vec![];
+        for e in res.iter_mut() {
+            e.retain(|x| {
+                let fresh = !seen.contains(x);
+                seen.push(x.clone());
+                fresh
+            });
+        }
+    }
+    Ok(res)
+}
+
+/// The output dims of one equation `prim` on inputs of `in_avals` sharded as `ins`.
+/// `out_avals` are the primitive's result types. Errors: JAX's sharding type errors for
+/// `Explicit` axes (see the module docs).
+pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray], ins: &[Dims], out_avals: &[ShapedArray]) -> Result<Vec<Dims>> {
+    let replicated = || out_avals.iter().map(|a| vec![vec![]; a.ndim()]).collect::<Vec<Dims>>();
+    if let Primitive::DebugCallback { callback, .. } = prim {
+        if let Some(d) = ins.first() {
+            let spec = spec_of(d);
+            let spec = if d.iter().all(|e| e.is_empty()) { PartitionSpec::default() } else { spec };
+            fire_inspect(*callback, Sharding::Named(NamedSharding { mesh: mesh.clone(), spec }));
+        }
+        return Ok(vec![]);
+    }
+    if ins.iter().all(|d| d.iter().all(|e| e.is_empty())) {
+        return Ok(replicated());
+    }
+    let pairs: Vec<(&ShapedArray, &Dims)> = in_avals.iter().copied().zip(ins.iter()).collect();
+    let name = prim.name();
+    use Primitive::*;
+    match prim {
+        BroadcastInDim { shape, broadcast_dimensions } => {
+            let mut res: Dims = vec![vec![]; shape.len()];
+            for (i, &od) in broadcast_dimensions.iter().enumerate() {
+                if in_avals[0].shape[i] == shape[od] {
+                    res[od] = ins[0][i].clone();
+                }
+            }
+            Ok(vec![res])
+        }
+        Transpose { permutation } => Ok(vec![permutation.iter().map(|&p| ins[0][p].clone()).collect()]),
+        Reshape { new_sizes } => Ok(vec![reshape_rule(mesh, in_avals[0], &ins[0], new_sizes, &out_avals[0])?]),
+        ReduceSum { axes } | ReduceMax { axes } | ReduceMin { axes } | ReduceProd { axes } | ReduceAnd { axes } | ReduceOr { axes } | ArgMax { axes, .. } => {
+            let res: Dims = ins[0].iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, e)| e.clone()).collect();
+            Ok(vec![res])
+        }
+        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, .. } => {
+            let (l, r) = (&ins[0], &ins[1]);
+            let lc: Vec<&Vec<String>> = lhs_contracting.iter().map(|&d| &l[d]).collect();
+            let rc: Vec<&Vec<String>> = rhs_contracting.iter().map(|&d| &r[d]).collect();
+            let involved = lc.iter().chain(rc.iter()).flat_map(|e| e.iter());
+            let explicit = all_explicit(mesh, involved.clone());
+            let any_c = involved.clone().next().is_some();
+            if explicit && lc != rc {
+                return Err(sharding_error(format!(
+                    "Contracting dimensions are sharded differently for lhs and rhs. Make sure both operands have the same sharding for contracting dimensions. Got lhs_contracting_spec={} and rhs_contracting_spec={}",
+                    tuple_text(&lc),
+                    tuple_text(&rc)
+                )));
+            }
+            if explicit && any_c && !out_sharding_override() {
+                return Err(sharding_error(format!(
+                    "Contracting dimensions are sharded and it is ambiguous how the output should be sharded. Please specify the output sharding via the `out_sharding` parameter. Got lhs_contracting_spec={} and rhs_contracting_spec={}",
+                    tuple_text(&lc),
+                    tuple_text(&rc)
+                )));
+            }
+            let mut res: Dims = vec![];
+            for (&lb, &rb) in lhs_batch.iter().zip(rhs_batch) {
+                let (a, b) = (&l[lb], &r[rb]);
+                if a == b || b.is_empty() {
+                    res.push(a.clone());
+                } else if a.is_empty() {
+                    res.push(b.clone());
+                } else if all_explicit(mesh, a.iter().chain(b.iter())) {
+                    return Err(sharding_error(format!(
+                        "dot_general requires lhs batch dimensions and rhs batch dimensions to have the consistent sharding, got {} and {}.",
+                        tuple_text(&lhs_batch.iter().map(|&d| &l[d]).collect::<Vec<_>>()),
+                        tuple_text(&rhs_batch.iter().map(|&d| &r[d]).collect::<Vec<_>>())
+                    )));
+                } else {
+                    res.push(vec![]);
+                }
+            }
+            for d in 0..l.len() {
+                if !lhs_contracting.contains(&d) && !lhs_batch.contains(&d) {
+                    res.push(l[d].clone());
+                }
+            }
+            for d in 0..r.len() {
+                if !rhs_contracting.contains(&d) && !rhs_batch.contains(&d) {
+                    res.push(r[d].clone());
+                }
+            }
+            Ok(vec![check_unique(name, mesh, &pairs, &out_avals[0], res)?])
+        }
+        Pjit { jaxpr, .. } if jaxpr.jaxpr.invars.len() == ins.len() => jaxpr_rule(&jaxpr.jaxpr, mesh, ins),
+        CustomJvpCall { call_jaxpr, .. } | CustomVjpCall { call_jaxpr, .. } if call_jaxpr.invars.len() == ins.len() => jaxpr_rule(call_jaxpr, mesh, ins),
+        Checkpoint { jaxpr, .. } if jaxpr.invars.len() == ins.len() => jaxpr_rule(jaxpr, mesh, ins),
+        _ => {
+            let elementwise_shaped = out_avals.len() == 1
+                && out_avals[0].ndim() > 0
+                && in_avals.iter().all(|a| a.ndim() == 0 || a.shape == out_avals[0].shape)
+                && !matches!(prim, Cond { .. } | While { .. } | Scan { .. });
+            if elementwise_shaped {
+                Ok(vec![elementwise(name, mesh, &pairs, &out_avals[0])?])
+            } else {
+                Ok(replicated())
+            }
+        }
+    }
+}
+
+/// `reshape`: dims are grouped into runs whose sizes multiply to the same number; a run
+/// of one dim to one dim keeps its axes; a split (one dim to several) or merge (several to
+/// one) keeps the major dim's axes when the pieces divide evenly. Anything else that is
+/// sharded over `Explicit` axes is an error (reshard first), over `Auto` axes replicated.
+fn reshape_rule(mesh: &Mesh, a: &ShapedArray, dims: &Dims, new: &[usize], out: &ShapedArray) -> Result<Dims> {
+    let old = &a.shape;
+    let mut res: Dims = vec![vec![]; new.len()];
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        // One group: [i0, i) of old and [j0, j) of new with equal products.
+        let (i0, j0) = (i, j);
+        let (mut po, mut pn) = (1usize, 1usize);
+        if i < old.len() {
+            po *= old[i];
+            i += 1;
+        }
+        if j < new.len() {
+            pn *= new[j];
+            j += 1;
+        }
+        while po != pn {
+            if po < pn && i < old.len() {
+                po *= old[i];
+                i += 1;
+            } else if j < new.len() {
+                pn *= new[j];
+                j += 1;
+            } else {
+                break;
+            }
+        }
+        let sharded: Vec<usize> = (i0..i).filter(|&d| !dims[d].is_empty()).collect();
+        if sharded.is_empty() {
+            continue;
+        }
+        let parts = |d: usize| dims[d].iter().map(|x| mesh.axis_size(x).unwrap_or(1)).product::<usize>();
+        let ok = sharded == vec![i0] && j > j0 && new[j0] % parts(i0) == 0;
+        if ok {
+            res[j0] = dims[i0].clone();
+        } else if all_explicit(mesh, sharded.iter().flat_map(|&d| dims[d].iter())) {
+            return Err(sharding_error(format!(
+                "reshape of an array of type {} to shape {:?} would move data between devices: a sharded dimension must stay the major dimension of its group. Use `reshard` to change the sharding first.",
+                short_type(a, dims),
+                new
+            )));
+        }
+    }
+    let _ = out;
+    Ok(res)
+}
+
+/// Propagates `ins` (the invars' dims) through `jaxpr`; returns the outvars' dims.
+/// Constvars are replicated.
+pub(crate) fn jaxpr_rule(jaxpr: &Jaxpr, mesh: &Mesh, ins: &[Dims]) -> Result<Vec<Dims>> {
+    let mut env: HashMap<u32, Dims> = HashMap::new();
+    for (v, d) in jaxpr.invars.iter().zip(ins) {
+        env.insert(v.id, d.clone());
+    }
+    let get = |env: &HashMap<u32, Dims>, a: &Atom| -> Dims {
+        match a {
+            Atom::Var(v) => env.get(&v.id).cloned().unwrap_or_else(|| vec![vec![]; v.aval.ndim()]),
+            _ => vec![],
+        }
+    };
+    for e in &jaxpr.eqns {
+        let in_dims: Vec<Dims> = e.inputs.iter().map(|a| get(&env, a)).collect();
+        let in_avals: Vec<ShapedArray> = e.inputs.iter().map(|a| a.aval().clone()).collect();
+        let refs: Vec<&ShapedArray> = in_avals.iter().collect();
+        let out_avals: Vec<ShapedArray> = e.outputs.iter().map(|v| v.aval.clone()).collect();
+        let outs = eqn_rule(&e.primitive, mesh, &refs, &in_dims, &out_avals).map_err(|err| err.at(e.source.clone()))?;
+        for (v, d) in e.outputs.iter().zip(outs) {
+            env.insert(v.id, d);
+        }
+    }
+    Ok(jaxpr.outvars.iter().map(|a| get(&env, a)).collect())
+}
+
+// ---------------------------------------------------------------- out_sharding override
+
+thread_local! {
+    static OUT_SHARDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether an `out_sharding` was given for the contraction being bound (set by
+/// `numpy::dot_out_sharding` around its eager `dot_general`).
+fn out_sharding_override() -> bool {
+    OUT_SHARDING.with(|c| c.get())
+}
+
+/// Runs `f` with contractions allowed to have sharded contracting dims (their result is
+/// then resharded to the caller's `out_sharding`).
+pub(crate) fn with_out_sharding<T>(f: impl FnOnce() -> T) -> T {
+    let prev = OUT_SHARDING.with(|c| c.replace(true));
+    let r = f();
+    OUT_SHARDING.with(|c| c.set(prev));
+    r
+}
+
+// ---------------------------------------------------------------- public API
+
+/// `jax.lax.with_sharding_constraint(x, sharding)`: `x` laid out as `target` (a
+/// `NamedSharding`, or a `PartitionSpec` on the mesh set by `set_mesh`). On concrete arrays
+/// it moves the shards now (`device_put`). Inside `jit` it returns `x` unchanged: the
+/// jitted function's result shardings are the propagated ones, or those given with
+/// `Jitted::out_shardings`. Errors: as `device_put` (no mesh set, divisibility).
+pub fn with_sharding_constraint(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
+    if x.is_tracer() {
+        return Ok(x.clone());
+    }
+    crate::sharding::device_put(x, target)
+}
+
+/// `jax.reshard(x, out_sharding)`: `x` with a new sharding (a `NamedSharding`, or a
+/// `PartitionSpec` on the current mesh), moving data between devices as needed. Values are
+/// unchanged. Inside `jit`, as `with_sharding_constraint`. Errors: as `device_put`.
+pub fn reshard(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
+    with_sharding_constraint(x, target)
+}
+
+/// `jnp.dot(a, b, out_sharding=spec)` on concrete arrays: the product, laid out as
+/// `out_sharding` on the operands' mesh (the mesh set by `set_mesh` when neither operand
+/// is sharded). This is how a contraction over sharded dims says where its result goes:
+/// without it, JAX's `Contracting dimensions are sharded and it is ambiguous …` error.
+/// Errors: shape errors of `dot`; as `device_put` for the spec.
+pub fn dot_out_sharding(a: &Array, b: &Array, out_sharding: PartitionSpec) -> Result<Array> {
+    let mesh = [a, b]
+        .iter()
+        .find_map(|x| x.sharding().ok().and_then(|s| s.mesh().cloned()))
+        .or_else(crate::sharding::get_mesh)
+        .ok_or_else(|| Error::value_error("dot_out_sharding needs sharded operands or a mesh set with set_mesh"))?;
+    let out = with_out_sharding(|| crate::numpy::dot(a, b))?;
+    if out.is_tracer() {
+        return Ok(out);
+    }
+    crate::sharding::device_put(&out, crate::sharding::NamedSharding::new(&mesh, out_sharding)?)
+}
+
+type InspectFn = Arc<dyn Fn(&Sharding) + Send + Sync>;
+
+fn inspect_registry() -> &'static Mutex<HashMap<CallbackId, InspectFn>> {
+    static R: OnceLock<Mutex<HashMap<CallbackId, InspectFn>>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// `jax.debug.inspect_array_sharding(x, callback=f)`: calls `f` with `x`'s sharding. On a
+/// concrete array at once; inside `jit`, with the sharding propagated to `x` from the
+/// call's arguments, each time the jitted function is called (JAX calls it once per
+/// compilation); with unsharded arguments, with the `SingleDeviceSharding` the call runs on.
+/// Errors: tracing errors.
+#[track_caller]
+pub fn inspect_array_sharding(x: &Array, callback: impl Fn(&Sharding) + Send + Sync + 'static) -> Result<()> {
+    if !x.is_tracer() {
+        callback(&x.sharding()?);
+        return Ok(());
+    }
+    let loc = std::panic::Location::caller();
+    let id = crate::runtime::callbacks::register(Arc::new(|_: &[crate::runtime::Buffer]| {}));
+    inspect_registry().lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(callback));
+    crate::trace::bind(
+        Primitive::DebugCallback { callback: id, fmt: "inspect_array_sharding".to_string() },
+        vec![crate::trace::Operand::Array(x.clone())],
+        loc,
+    )?;
+    Ok(())
+}
+
+/// Calls the inspect callback `id` (if it is one) with `sharding`.
+fn fire_inspect(id: CallbackId, sharding: Sharding) {
+    let f = inspect_registry().lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
+    if let Some(f) = f {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&sharding))).is_err() {
+            eprintln!("jax: inspect_array_sharding callback panicked");
+        }
+    }
+}
+
+/// For a jitted call without sharded inputs: each `inspect_array_sharding` in `jaxpr` (and
+/// its nested calls) sees the device the call runs on.
+pub(crate) fn inspect_unsharded(jaxpr: &Jaxpr, device: u32) {
+    for e in &jaxpr.eqns {
+        match &e.primitive {
+            Primitive::DebugCallback { callback, .. } => {
+                fire_inspect(*callback, Sharding::Single(SingleDeviceSharding { device: Device { id: device } }))
+            }
+            Primitive::Pjit { jaxpr, .. } => inspect_unsharded(&jaxpr.jaxpr, device),
+            Primitive::CustomJvpCall { call_jaxpr: j, .. } | Primitive::CustomVjpCall { call_jaxpr: j, .. } | Primitive::Checkpoint { jaxpr: j, .. } => {
+                inspect_unsharded(j, device)
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------- lowered-text annotations
+
+/// The shardings of a traced call's arguments and results, for the lowered text
+/// (`Lowered::as_text`) and the compiled text's header (`Compiled::as_text`).
+#[derive(Clone, Debug)]
+pub(crate) struct Annotations {
+    mesh: Mesh,
+    ins: Vec<Dims>,
+    outs: Vec<Dims>,
+}
+
+/// Annotations for a call of `jaxpr` on `leaves` (`None` for a leaf that is not a
+/// concrete array), when some argument is sharded and the propagation succeeds.
+pub(crate) fn annotations(jaxpr: &crate::ir::ClosedJaxpr, leaves: &[Option<Arc<crate::runtime::DeviceArray>>]) -> Option<Annotations> {
+    let mesh = leaves.iter().flatten().find_map(|d| d.sharded_info().map(|s| s.sharding.mesh.clone()))?;
+    let ins: Vec<Dims> = jaxpr
+        .jaxpr
+        .invars
+        .iter()
+        .zip(leaves)
+        .map(|(v, l)| match l.as_ref().and_then(|d| d.sharded_info()) {
+            Some(s) if s.sharding.mesh == mesh => dims_of(&s.sharding.spec, v.aval.ndim()),
+            _ => vec![vec![]; v.aval.ndim()],
+        })
+        .collect();
+    let outs = jaxpr_rule(&jaxpr.jaxpr, &mesh, &ins).ok()?;
+    Some(Annotations { mesh, ins, outs })
+}
+
+/// Shardy's attribute text for `dims`: `#sdy.sharding<@mesh, [{"X"}, {}]>`.
+fn sdy(dims: &Dims) -> String {
+    let parts: Vec<String> =
+        dims.iter().map(|e| format!("{{{}}}", e.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "))).collect();
+    format!("#sdy.sharding<@mesh, [{}]>", parts.join(", "))
+}
+
+/// Adds `attr` to the attribute dictionary after the type that ends at `pos` in `line`
+/// (creating ` {attr}` when there is none); returns the position after it.
+fn add_attr(line: &mut String, pos: usize, attr: &str) -> usize {
+    if line[pos..].starts_with(" {") {
+        line.insert_str(pos + 2, &format!("{attr}, "));
+        pos + 2 + attr.len() + 2
+    } else {
+        let s = format!(" {{{attr}}}");
+        line.insert_str(pos, &s);
+        pos + s.len()
+    }
+}
+
+/// The end of the `tensor<…>` (or scalar) type starting at `start` in `line`.
+fn type_end(line: &str, start: usize) -> usize {
+    let rest = &line[start..];
+    if rest.starts_with("tensor<") {
+        let mut depth = 0;
+        for (i, c) in rest.char_indices() {
+            match c {
+                '<' => depth += 1,
+                '>' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return start + i + 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    start + rest.find([',', ')', ' ']).unwrap_or(rest.len())
+}
+
+/// The lowered module text with Shardy annotations as JAX prints them: the module's
+/// `mhlo.num_partitions`, `sdy.mesh @mesh = <["X"=4, "Y"=2]>`, and a `sdy.sharding` on each
+/// argument of `@main` (the last `ins.len()` ones: large constants come first) and result.
+/// Display only: the module that compiles is the unannotated one.
+pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
+    let mut out = String::with_capacity(text.len() + 256);
+    for line in text.lines() {
+        let mut line = line.to_string();
+        if line.starts_with("module @") && line.ends_with(" {") {
+            let n = a.mesh.size();
+            if let Some(p) = line.find(" attributes {") {
+                line.insert_str(p + " attributes {".len(), &format!("mhlo.num_partitions = {n} : i32, "));
+            } else {
+                line.truncate(line.len() - 2);
+                line.push_str(&format!(" attributes {{mhlo.num_partitions = {n} : i32}} {{"));
+            }
+            out.push_str(&line);
+            out.push('\n');
+            let axes: Vec<String> = a.mesh.axis_names().iter().zip(a.mesh.axis_sizes()).map(|(n, s)| format!("\"{n}\"={s}")).collect();
+            out.push_str(&format!("  sdy.mesh @mesh = <[{}]>\n", axes.join(", ")));
+            continue;
+        }
+        if let Some(sig) = line.find("func.func public @main(") {
+            let args_end = line[sig..].find(") -> ").map(|p| sig + p);
+            let nargs = line[sig..args_end.unwrap_or(line.len())].matches("%arg").count();
+            let first = nargs.saturating_sub(a.ins.len());
+            let mut from = sig;
+            for i in 0..nargs {
+                let key = format!("%arg{i}: ");
+                let Some(p) = line[from..].find(&key).map(|p| from + p + key.len()) else { break };
+                let end = type_end(&line, p);
+                from = if i >= first { add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(&a.ins[i - first]))) } else { end };
+            }
+            if let Some(r) = line[from..].find(") -> (").map(|p| from + p + ") -> (".len()) {
+                let mut pos = r;
+                for d in &a.outs {
+                    let end = type_end(&line, pos);
+                    let after = add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(d)));
+                    match line[after..].find(", ") {
+                        Some(q) if !line[after..after + q].contains(')') => pos = after + q + 2,
+                        _ => break,
+                    }
+                }
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The first line of `Compiled::as_text` for a call on sharded arguments: which execution
+/// path it takes. Shard-local programs (`partition.rs`) run one per-shard program on each
+/// device; the others gather their inputs on the mesh's first device.
+pub(crate) fn compiled_header(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations) -> String {
+    match crate::partition::shard_local(jaxpr, &a.ins) {
+        Some((shape, dims)) => {
+            let ns = NamedSharding { mesh: a.mesh.clone(), spec: spec_of(&dims) };
+            let block: Vec<String> = ns.blocks(&shape).ok().and_then(|b| b.first().map(|(_, i)| i.iter().map(|x| x.1.to_string()).collect())).unwrap_or_default();
+            format!(
+                "// jaxrepl: arguments sharded over {}; path: partitioned (shard-local: this program runs on blocks of shape [{}] on each of the {} devices at once; no gather, no collectives).\n",
+                a.mesh,
+                block.join(","),
+                a.mesh.size()
+            )
+        }
+        None => format!(
+            "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings). Not shard-local: collectives-based partitioning is not built yet.\n",
+            a.mesh,
+            a.mesh.device_ids().first().copied().unwrap_or(0)
+        ),
+    }
+}
