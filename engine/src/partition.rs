@@ -132,7 +132,7 @@ fn exe_cache() -> &'static Mutex<HashMap<Key, (Arc<ClosedJaxpr>, crate::transfor
 pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &crate::sharding::Mesh) -> Result<Option<Vec<Array>>> {
     let ins: Vec<Dims> = crate::sharding::input_dims(inputs, mesh);
     let Some((shape, dims)) = shard_local(j, &ins) else { return Ok(None) };
-    let ns = NamedSharding { mesh: mesh.clone(), spec: crate::sharding_rules::spec_of(&dims) };
+    let ns = NamedSharding { mesh: mesh.clone(), spec: crate::sharding_rules::spec_of(&dims), memory_kind: crate::runtime::memory_kind::MemoryKind::Device };
     let blocks: Vec<(u32, BlockIndex)> = ns.blocks(&shape)?;
     // Each input's per-device data: its shard for sharded inputs, the whole for 0-d ones.
     let mut per_input: Vec<Option<HashMap<u32, Arc<DeviceArray>>>> = Vec::with_capacity(inputs.len());

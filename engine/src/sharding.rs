@@ -1025,10 +1025,10 @@ pub(crate) fn eager_arg_name(n: usize) -> impl Fn(usize) -> String {
 pub(crate) fn placed_as(x: &Array, target: &PutTarget) -> bool {
     let Ok(s) = x.sharding() else { return false };
     match target {
-        PutTarget::Device(d) => x.committed() && s == Sharding::Single(SingleDeviceSharding { device: *d }),
+        PutTarget::Device(d) => x.committed() && s == Sharding::Single(SingleDeviceSharding::new(*d)),
         PutTarget::Sharding(t) => x.committed() && &s == t,
         PutTarget::Spec(spec) => match (get_mesh(), &s) {
-            (Some(m), Sharding::Named(ns)) => ns.mesh == m && &ns.spec == spec,
+            (Some(m), Sharding::Named(ns)) => ns.mesh == m && &ns.spec == spec && ns.memory_kind == MemoryKind::Device,
             _ => false,
         },
     }
@@ -1247,7 +1247,7 @@ pub fn visualize_array_sharding(x: &Array) -> Result<crate::display::sharding_vi
     let (sharding, blocks) = match d.sharded_info() {
         Some(sh) => (Sharding::Named(sh.sharding.clone()), sh.sharding.blocks(&d.aval.shape)?),
         None => (
-            Sharding::Single(SingleDeviceSharding { device: Device { id: d.placement.device } }),
+            Sharding::Single(SingleDeviceSharding::new(Device { id: d.placement.device })),
             vec![(d.placement.device, d.aval.shape.iter().map(|&n| (0, n, true)).collect())],
         ),
     };

@@ -28,7 +28,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::{Atom, CallbackId, Jaxpr, Primitive, ShapedArray};
-use crate::sharding::{AxisType, Device, Mesh, NamedSharding, PEntry, PartitionSpec, PutTarget, Sharding, SingleDeviceSharding};
+use crate::sharding::{AxisType, Device, MemoryKind, Mesh, NamedSharding, PEntry, PartitionSpec, PutTarget, Sharding, SingleDeviceSharding};
 use crate::trace::Array;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -172,7 +172,7 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
         if let Some(d) = ins.first() {
             let spec = spec_of(d);
             let spec = if d.iter().all(|e| e.is_empty()) { PartitionSpec::default() } else { spec };
-            fire_inspect(*callback, Sharding::Named(NamedSharding { mesh: mesh.clone(), spec }));
+            fire_inspect(*callback, Sharding::Named(NamedSharding { mesh: mesh.clone(), spec, memory_kind: MemoryKind::Device }));
         }
         return Ok(vec![]);
     }
@@ -447,7 +447,7 @@ pub(crate) fn inspect_unsharded(jaxpr: &Jaxpr, device: u32) {
     for e in &jaxpr.eqns {
         match &e.primitive {
             Primitive::DebugCallback { callback, .. } => {
-                fire_inspect(*callback, Sharding::Single(SingleDeviceSharding { device: Device { id: device } }))
+                fire_inspect(*callback, Sharding::Single(SingleDeviceSharding::new(Device { id: device })))
             }
             Primitive::Pjit { jaxpr, .. } => inspect_unsharded(&jaxpr.jaxpr, device),
             Primitive::CustomJvpCall { call_jaxpr: j, .. } | Primitive::CustomVjpCall { call_jaxpr: j, .. } | Primitive::Checkpoint { jaxpr: j, .. } => {
@@ -585,7 +585,7 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
 pub(crate) fn compiled_header(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations) -> String {
     match crate::partition::shard_local(jaxpr, &a.ins) {
         Some((shape, dims)) => {
-            let ns = NamedSharding { mesh: a.mesh.clone(), spec: spec_of(&dims) };
+            let ns = NamedSharding { mesh: a.mesh.clone(), spec: spec_of(&dims), memory_kind: MemoryKind::Device };
             let block: Vec<String> = ns.blocks(&shape).ok().and_then(|b| b.first().map(|(_, i)| i.iter().map(|x| x.1.to_string()).collect())).unwrap_or_default();
             format!(
                 "// jaxrepl: arguments sharded over {}; path: partitioned (shard-local: this program runs on blocks of shape [{}] on each of the {} devices at once; no gather, no collectives).\n",
