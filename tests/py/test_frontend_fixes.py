@@ -1,17 +1,22 @@
-"""Engine locations name the user's cell and line (`cell N, line L`, N = the execution
+"""Front-end defects a fresh user found, through the kernel.
+
+Engine locations name the user's cell and line (`cell N, line L`, N = the execution
 count), never evcxr's generated `src/lib.rs`: the `traced at` line of errors, `%eqn-count`
 rows, the unrolled-loop warning, `%explain`, the jdb header and its `l` command, the line a
 jax_debug_nans error names, and panics. A function defined in one cell keeps that cell's
-number when a later cell traces it. Compile errors keep the cell's own line numbers."""
+number when a later cell traces it. Compile errors keep the cell's own line numbers.
+Completion inserts a function's name and `(`, never its parameter names; an undefined `s`
+is reported as undefined (not as "found macro"); `%help` is aligned."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
 
 import pytest
 from conftest import FIRST_CELL_TIMEOUT
-from test_kernel_lifecycle import collect, kernel, run  # noqa: F401 (kernel: a module-scoped fixture)
+from test_kernel_lifecycle import CELL_TIMEOUT, collect, kernel, run  # noqa: F401 (kernel: a module-scoped fixture)
 
 pytestmark = [
     pytest.mark.usefixtures("jaxrepl_kernelspec"),
@@ -128,3 +133,36 @@ def test_an_undefined_value_named_like_a_prelude_macro(kernel):
     err = outputs[0]["content"]
     assert err["evalue"] == "cannot find value `s` in this scope", err
     assert any("no value `s` is defined in this cell or an earlier one" in line for line in err["traceback"]), err
+
+
+def test_completion_inserts_no_parameter_names(kernel):
+    _, kc = kernel
+    assert run(kc, "let xs = jnp::arange(4.0);")[0]["status"] == "ok"
+    code = "xs.resh"
+    # rust-analyzer answers once it has loaded the session's crates: ask a few times.
+    for _ in range(5):
+        msg_id = kc.complete(code, len(code))
+        reply = kc.get_shell_msg(timeout=CELL_TIMEOUT)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        matches = reply["content"]["matches"]
+        if matches:
+            break
+        time.sleep(2)
+    assert matches, reply["content"]
+    # rust-analyzer's `reshape(${1:shape})$0` becomes `reshape(`.
+    assert not [m for m in matches if re.search(r"\(\s*[A-Za-z_]", m)], matches
+    assert "reshape(" in matches, matches
+
+
+def test_help_is_aligned(kernel):
+    _, kc = kernel
+    reply, outputs = run(kc, "%help")
+    assert reply["status"] == "ok"
+    text = "\n".join(m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] in ("execute_result", "display_data"))
+    starts = []
+    for line in text.splitlines():
+        m = re.match(r"^  (%\S+(?: \S+)?)(\s{2,}|\s(?=\S))", line)
+        if m and len(m.group(1)) <= 15:
+            starts.append((line, m.end()))
+    assert len(starts) >= 10, text
+    assert {c for _, c in starts} == {18}, starts
