@@ -66,7 +66,8 @@ pub fn enter_cell(cell: u64, lib_rs: &str, code: &str) {
     let Some(base) = object_base(loc.file().as_ptr()) else { return };
     let generated = std::fs::read_to_string(lib_rs).unwrap_or_default();
     let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
-    r.cells.retain(|(n, _)| *n != cell);
+    // Kept even when the number repeats (a silent Jupyter request reuses the count): an
+    // earlier cell's functions still map to its text.
     r.cells.push((cell, code.lines().map(str::to_string).collect()));
     let table = match_lines(&generated, &r.cells);
     r.crates.insert(base, table);
@@ -83,7 +84,7 @@ pub fn cell_source_line(cell: u64, line: u32) -> Option<String> {
 /// The cell line of a location in a registered generated crate, as source info with
 /// `file` = `cell N`; `None` for any other location.
 pub fn map_location(loc: &Location<'_>) -> Option<SourceInfo> {
-    if !ANY.load(Ordering::Acquire) || loc.file() != GENERATED_FILE {
+    if !ANY.load(Ordering::Acquire) || !loc.file().ends_with(GENERATED_FILE) {
         return None;
     }
     let base = object_base(loc.file().as_ptr())?;

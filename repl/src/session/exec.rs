@@ -415,20 +415,21 @@ fn compiling_now() -> bool {
     false
 }
 
-/// A line from the child's stderr: an engine progress event (`jax::progress`'s wire
-/// format) or plain stderr text.
 /// `code` with the call that registers its lines with the engine prepended
 /// (`jax::interactive::enter_cell`: engine locations then read `cell N, line L`), or
 /// `None` when the engine is not loaded or the cell holds evcxr `:` commands. The call
 /// takes one line of its own: compile errors shift their line numbers back by one.
 fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<String> {
-    if !ctx.engine || code.lines().any(|l| l.trim_start().starts_with(':')) {
+    let command = |l: &str| l.trim_start().starts_with(':') && !l.trim_start().starts_with("::");
+    if !ctx.engine || code.lines().any(command) {
         return None;
     }
     let lib_rs = slot.dir().join("src").join("lib.rs");
     Some(format!("jax::interactive::enter_cell({label}, {:?}, {code:?});\n{code}", lib_rs.to_string_lossy()))
 }
 
+/// A line from the child's stderr: an engine progress event (`jax::progress`'s wire
+/// format) or plain stderr text.
 pub(super) fn stderr_output(line: String) -> Output {
     if let Some(json) = line.strip_prefix(PROGRESS_PREFIX)
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(json)
