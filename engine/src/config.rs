@@ -110,10 +110,31 @@ pub fn scoped(name: &str, value: bool) -> Result<FlagGuard> {
     Ok(FlagGuard { flag, before })
 }
 
+/// The error for a flag name that `update`/`update_str`/`read`/`scoped` do not know: one
+/// list of every flag with the setter it takes (a known flag given to the wrong setter
+/// says which one to use).
 fn unknown(name: &str) -> Error {
-    let mut names: Vec<&str> = ALL.iter().map(|f| f.name).collect();
-    names.extend(STRINGS.iter().map(|f| f.name));
-    Error::value_error(format!("unknown config flag {name:?}; known flags: {}", names.join(", ")))
+    let bools: Vec<&str> = ALL.iter().map(|f| f.name).collect();
+    let mut texts: Vec<&str> = STRINGS.iter().map(|f| f.name).collect();
+    texts.push("jax_default_matmul_precision");
+    let setter = if bools.contains(&name) {
+        Some("a boolean: config::update(name, true)")
+    } else if texts.contains(&name) {
+        Some("a text value: config::update_str(name, \"...\")")
+    } else if name == "jax_num_cpu_devices" {
+        Some("an integer: config::update_int(name, 4)")
+    } else {
+        None
+    };
+    if let Some(setter) = setter {
+        return Error::value_error(format!("config flag {name:?} takes {setter}"));
+    }
+    Error::value_error(format!(
+        "unknown config flag {name:?}; known flags: {} (booleans: config::update); {} (text: config::update_str); \
+         jax_num_cpu_devices (integer: config::update_int)",
+        bools.join(", "),
+        texts.join(", ")
+    ))
 }
 
 /// A string-valued flag (`jax_dump_ir_to`): `None` until read from its env var or set.
@@ -240,10 +261,7 @@ pub fn update(name: &str, value: bool) -> Result<()> {
             f.set(value);
             Ok(())
         }
-        None => Err(Error::value_error(format!(
-            "unknown config flag {name:?}; known flags: {}",
-            ALL.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
-        ))),
+        None => Err(unknown(name)),
     }
 }
 
@@ -263,10 +281,7 @@ pub fn update_str(name: &str, value: &str) -> Result<()> {
             *f.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(value.to_string());
             Ok(())
         }
-        None => Err(Error::value_error(format!(
-            "unknown config flag {name:?} for a text value; known flags: {}, jax_default_matmul_precision",
-            STRINGS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
-        ))),
+        None => Err(unknown(name)),
     }
 }
 
@@ -275,7 +290,7 @@ pub fn read(name: &str) -> Result<bool> {
     ALL.iter()
         .find(|f| f.name == name)
         .map(|f| f.get())
-        .ok_or_else(|| Error::value_error(format!("unknown config flag {name:?}")))
+        .ok_or_else(|| unknown(name))
 }
 
 /// `(name, env var, value, doc)` of every flag, for `%help` and docs.
@@ -298,6 +313,6 @@ pub fn update_int(name: &str, value: i64) -> Result<()> {
             crate::sharding::set_num_cpu_devices(value as usize)
         }
         "jax_persistent_cache_min_entry_size_bytes" | "jax_persistent_cache_min_compile_time_secs" => update_float(name, value as f64),
-        _ => Err(Error::value_error(format!("unknown integer config setting {name:?}; known: jax_num_cpu_devices"))),
+        _ => Err(unknown(name)),
     }
 }

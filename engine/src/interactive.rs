@@ -3,6 +3,14 @@
 //! shows `v`; `Err(e)` prints one `application/vnd.jaxrepl.error+json` block that the
 //! session turns into an error output. Nothing here knows about Jupyter messages.
 
+pub use crate::trace::cells::enter_cell;
+
+/// A panic location as the engine shows locations: `cell N, line L` for a line of a REPL
+/// cell (`trace::cells`), `file:line:column` otherwise. The session's panic hook uses it.
+pub fn location_label(loc: &std::panic::Location<'_>) -> String {
+    crate::trace::source_info(loc).to_string()
+}
+
 use crate::error::Error;
 use crate::ir::{ClosedJaxpr, ShapeDtypeStruct};
 use crate::trace::Array;
@@ -72,6 +80,11 @@ text_repr_display!(
     crate::sharding::AxisType
 );
 
+impl TextRepr for crate::profiler::Profile {
+    fn text_repr(&self) -> String {
+        self.to_string()
+    }
+}
 impl TextRepr for () {
     fn text_repr(&self) -> String {
         String::new()
@@ -187,7 +200,7 @@ pub fn json_string(s: &str) -> String {
 pub fn display_error(e: &Error) {
     let mut tb = vec![format!("{}: {}", e.ename(), e.message)];
     if let Some(l) = &e.location {
-        tb.push(format!("  (traced at {}:{}:{})", l.file, l.line, l.column));
+        tb.push(format!("  (traced at {l})"));
     }
     let location = match &e.location {
         Some(l) => format!(

@@ -448,7 +448,7 @@ pub fn help() -> Text {
          \x20 %time CALL      wall time of one call, waiting for its result\n\
          \x20 %timeit CALL    mean ± std over repeated calls, like IPython\n\
          \x20 %profile CALL   timeline (SVG in Jupyter) and summary table of what CALL ran\n\
-         \x20 %memory        memory_stats() and live buffers by allocation site\n\
+         \x20 %memory         memory_stats() and live buffers by allocation site\n\
          \x20 %explain        why recent calls traced or compiled: each cache layer's verdict, reason, cost\n\
          \x20 %eqn-count CALL equations per source line of CALL's trace (find unrolled loops)\n\
          \x20 %precision [V]  show/set jax_default_matmul_precision (highest, BF16_BF16_F32, none, ...)\n\

@@ -31,6 +31,11 @@ pub trait Backend {
         let _ = input;
         self.execute(code, sink)
     }
+    /// The execution count the front end shows for the next cell (`In [N]`); sessions
+    /// that name engine locations by cell (`cell N, line L`) use it.
+    fn set_execution_count(&mut self, n: u64) {
+        let _ = n;
+    }
     /// Whether `code` is a complete cell, needs more lines, or can never be valid.
     fn is_complete(&self, code: &str) -> Completeness;
     /// Completions at byte offset `cursor`.
@@ -52,6 +57,9 @@ impl Backend for jaxrepl::Session {
         input: &mut dyn FnMut(&str) -> Option<String>,
     ) -> ExecStatus {
         jaxrepl::Session::execute_with_input(self, code, sink, input)
+    }
+    fn set_execution_count(&mut self, n: u64) {
+        jaxrepl::Session::set_execution_count(self, n)
     }
     fn is_complete(&self, code: &str) -> Completeness {
         jaxrepl::Session::is_complete(self, code)

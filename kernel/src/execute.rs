@@ -180,6 +180,7 @@ pub async fn execute<B: Backend + 'static>(
     stdin: &tokio::sync::mpsc::UnboundedSender<InputAsk>,
 ) -> (JupyterMessage, bool) {
     let count = counter.for_request(req);
+    let number = counter.0 as u64;
     if !req.silent {
         let _ = publish.send(iopub(ExecuteInput { code: req.code.clone(), execution_count: count }, msg));
     }
@@ -196,6 +197,7 @@ pub async fn execute<B: Backend + 'static>(
                 tx.send((parent.clone(), prompt.to_string(), answer_tx)).ok()?;
                 answer_rx.recv().ok().flatten()
             };
+            session.set_execution_count(number);
             let status = session.execute_with_input(&code, &mut |out| router.push(out), &mut input);
             router.finish(&status)
         })

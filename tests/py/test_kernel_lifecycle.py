@@ -275,7 +275,7 @@ def test_a_panic_keeps_earlier_variables(kernel):
     reply, outputs = run(kc, 'panic!("boom")')
     assert (reply["status"], reply["ename"], reply["evalue"]) == ("error", "Panic", "boom")
     assert [m["msg_type"] for m in outputs] == ["error"]
-    assert "cell:1:1" in outputs[0]["content"]["traceback"][0]
+    assert f"panicked at cell {reply['execution_count']}, line 1:" in outputs[0]["content"]["traceback"][0]
     assert result_text(run(kc, "survivor + 1")[1]) == "21"
 
 

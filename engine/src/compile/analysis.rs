@@ -57,7 +57,7 @@ fn body_cost(j: &Jaxpr) -> CostAnalysis {
     for e in &j.eqns {
         let out = e.outputs.first().map(|v| v.aval.size()).unwrap_or(0) as f64;
         match &e.primitive {
-            Exp | Log | Sin | Cos | Tanh | Sqrt | Pow => c.transcendentals += out,
+            Exp | Log | Sin | Cos | Tan | Tanh | Sqrt | Pow => c.transcendentals += out,
             p if p.is_unary_elementwise() || p.is_binary_elementwise() => c.flops += out,
             SelectN | ConvertElementType { .. } => c.flops += out,
             ReduceSum { .. } | ReduceMax { .. } | ReduceMin { .. } => {

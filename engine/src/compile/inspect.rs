@@ -125,7 +125,8 @@ pub(super) fn host_description() -> String {
 enum Emit {
     /// Assembly text.
     Assembly,
-    /// The summed size of the object file's executable (`.text*`) sections, as decimal text.
+    /// The summed size of the object file's executable (`.text*`, and `.ltext*` of the large
+    /// code model the JIT uses) sections, as decimal text.
     CodeSize,
 }
 
@@ -190,7 +191,9 @@ fn emit(module: &Module, opt_level: u8, what: Emit, diags: &Diagnostics) -> Resu
                         let mut size = 0u64;
                         while LLVMObjectFileIsSectionIteratorAtEnd(bin, si) == 0 {
                             let name = LLVMGetSectionName(si);
-                            if !name.is_null() && CStr::from_ptr(name).to_bytes().starts_with(b".text") {
+                            // The JIT's large code model puts code in `.ltext` (x86-64), others in `.text`.
+                            let n = if name.is_null() { &b""[..] } else { CStr::from_ptr(name).to_bytes() };
+                            if n.starts_with(b".text") || n.starts_with(b".ltext") {
                                 size += LLVMGetSectionSize(si);
                             }
                             LLVMMoveToNextSection(si);

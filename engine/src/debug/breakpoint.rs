@@ -91,6 +91,9 @@ p NAME   print the value (numpy str)\npp NAME  print the repr\nl, list  show the
 w, where, bt  show where the breakpoint is\nc, cont, continue  resume\nq, quit, exit  resume (the computation cannot be aborted from inside)\n";
 
 fn source_line(site: &SourceInfo) -> Option<String> {
+    if let Some(cell) = site.cell() {
+        return crate::trace::cells::cell_source_line(cell, site.line);
+    }
     let text = std::fs::read_to_string(&site.file).ok()?;
     text.lines().nth(site.line.checked_sub(1)? as usize).map(|l| l.to_string())
 }
@@ -104,7 +107,7 @@ fn prompt(site: &SourceInfo, names: &[String], bufs: &[Buffer]) {
         None => match session_io() {
             Some(t) => fallback.insert(t),
             None => {
-                println!("Entering jdb at {}:{} (no input channel to read commands from; continuing):", site.file, site.line);
+                println!("Entering jdb at {} (no input channel to read commands from; continuing):", site.line_label());
                 for (n, b) in names.iter().zip(bufs) {
                     println!("  {n} = {}", crate::display::array_str_of(b));
                 }
@@ -118,7 +121,7 @@ fn prompt(site: &SourceInfo, names: &[String], bufs: &[Buffer]) {
 fn run_commands(io: &mut Io, site: &SourceInfo, names: &[String], bufs: &[Buffer]) -> std::io::Result<()> {
     let out = &mut io.out;
     writeln!(out, "Entering jdb:")?;
-    writeln!(out, "> {}:{}", site.file, site.line)?;
+    writeln!(out, "> {}", site.line_label())?;
     let mut first = true;
     loop {
         out.flush()?;
@@ -145,9 +148,9 @@ fn run_commands(io: &mut Io, site: &SourceInfo, names: &[String], bufs: &[Buffer
             },
             "l" | "list" => match source_line(site) {
                 Some(text) => writeln!(out, "{:>4} -> {}", site.line, text.trim_end())?,
-                None => writeln!(out, "{}:{} (source not available)", site.file, site.line)?,
+                None => writeln!(out, "{} (source not available)", site.line_label())?,
             },
-            "w" | "where" | "bt" => writeln!(out, "> {}:{}:{}", site.file, site.line, site.column)?,
+            "w" | "where" | "bt" => writeln!(out, "> {site}")?,
             "h" | "help" => write!(out, "{HELP}")?,
             other => writeln!(out, "*** Unknown command {other:?}; type help")?,
         }

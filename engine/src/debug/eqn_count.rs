@@ -17,7 +17,7 @@ pub struct EqnCounts {
     pub name: String,
     /// All equations, nested ones included.
     pub total: usize,
-    /// `(file:line, count)`, largest count first, then by file and line; equations with
+    /// `(line, count)` with the line as `cell N, line L` (REPL) or `file:line`, largest count first, then by file and line; equations with
     /// no source (made by a transformation) are counted under `<unknown>`.
     pub rows: Vec<(String, usize)>,
 }
@@ -41,7 +41,10 @@ pub fn eqn_counts(name: &str, j: &Jaxpr) -> EqnCounts {
     rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let rows = rows
         .into_iter()
-        .map(|(k, n)| (k.map_or_else(|| "<unknown>".to_string(), |(f, l)| format!("{f}:{l}")), n))
+        .map(|(k, n)| {
+            let label = k.map_or_else(|| "<unknown>".to_string(), |(file, line)| SourceInfo { file, line, column: 0 }.line_label());
+            (label, n)
+        })
         .collect();
     EqnCounts { name: name.to_string(), total, rows }
 }
@@ -75,13 +78,11 @@ pub fn unrolled_loop_warning(name: &str, j: &Jaxpr) -> Option<String> {
     let (site, n) = counts.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.line.cmp(&a.0.line)))?;
     (n >= UNROLLED_LINE_EQNS).then(|| {
         format!(
-            "tracing {name} staged {n} of its {} equations at {}:{}:{}: a Rust loop around that line is unrolled \
+            "tracing {name} staged {n} of its {} equations at {}: a Rust loop around that line is unrolled \
              into the trace (its body is traced once per iteration), which makes tracing and compiling slow. \
              Use lax::fori_loop or lax::scan to trace the body once.",
             j.eqns.len(),
-            site.file,
-            site.line,
-            site.column
+            site.line_label()
         )
     })
 }

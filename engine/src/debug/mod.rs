@@ -219,8 +219,10 @@ pub fn print_values(fmt: &str, args: &[Array]) {
 /// `print_values` returning its error.
 #[track_caller]
 pub fn try_print_values(fmt: &str, args: &[Array]) -> Result<()> {
+    // Taken here: `Location::caller()` inside the closure below would be this line.
+    let loc = Location::caller();
     check_format(fmt, &args.iter().map(|a| a.aval()).collect::<Vec<_>>())
-        .map_err(|e| e.at(Some(crate::trace::source_info(Location::caller()))))?;
+        .map_err(|e| e.at(Some(crate::trace::source_info(loc))))?;
     if is_tracing() {
         let id = callback_for(fmt);
         let ops = args.iter().cloned().map(Operand::Array).collect();

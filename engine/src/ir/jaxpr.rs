@@ -11,6 +11,7 @@ use super::array_ops::{ConvDims, CumOp, GatherDims, GatherMode, ScatterDims, Sca
 use super::dtype::{DType, Scalar};
 use crate::runtime::Buffer;
 use std::sync::Arc;
+use std::fmt;
 
 /// A variable of a jaxpr. `id` is unique within one jaxpr (and its sub-jaxprs).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -43,11 +44,39 @@ impl Atom {
 }
 
 /// Where in the user's code an equation was traced (from `#[track_caller]`).
+///
+/// In the REPL, a location in a cell has `file` = `cell N` (`N` is the `In [N]` number)
+/// and the cell's own line and column (`trace::cells`); elsewhere it is the Rust source
+/// file. Shown to the user through `Display`: `cell 3, line 2` or `src/main.rs:10:5`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SourceInfo {
     pub file: String,
     pub line: u32,
     pub column: u32,
+}
+
+impl SourceInfo {
+    /// The cell number when the location is in a REPL cell.
+    pub fn cell(&self) -> Option<u64> {
+        self.file.strip_prefix(crate::trace::cells::CELL_PREFIX)?.parse().ok()
+    }
+    /// The line without the column: `cell 3, line 2` or `src/main.rs:10`.
+    pub fn line_label(&self) -> String {
+        match self.cell() {
+            Some(n) => format!("cell {n}, line {}", self.line),
+            None => format!("{}:{}", self.file, self.line),
+        }
+    }
+}
+
+impl fmt::Display for SourceInfo {
+    /// `cell 3, line 2` in the REPL, `file:line:column` elsewhere.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.cell() {
+            Some(_) => f.write_str(&self.line_label()),
+            None => write!(f, "{}:{}:{}", self.file, self.line, self.column),
+        }
+    }
 }
 
 /// Identifier of a host callback registered with the runtime (`debug::print`, ...).
@@ -132,6 +161,8 @@ pub enum Primitive {
     Sin,
     /// cosine
     Cos,
+    /// tangent (`lax.tan`); lowered as sin/cos
+    Tan,
     /// hyperbolic tangent
     Tanh,
     /// square root
@@ -338,6 +369,7 @@ impl Primitive {
             Log => "log",
             Sin => "sin",
             Cos => "cos",
+            Tan => "tan",
             Tanh => "tanh",
             Sqrt => "sqrt",
             Abs => "abs",
@@ -476,7 +508,7 @@ impl Primitive {
     /// Elementwise primitives with one operand.
     pub fn is_unary_elementwise(&self) -> bool {
         use Primitive::*;
-        matches!(self, Neg | Exp | Log | Sin | Cos | Tanh | Sqrt | Abs | Not | ErfInv)
+        matches!(self, Neg | Exp | Log | Sin | Cos | Tan | Tanh | Sqrt | Abs | Not | ErfInv)
     }
 
     /// Elementwise primitives with two operands of one shape.

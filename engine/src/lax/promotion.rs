@@ -182,7 +182,9 @@ pub fn x64_truncation_warning(dtype: DType, fun_name: &str) -> String {
 pub fn check_user_dtype_supported(dtype: DType, fun_name: &str) -> DType {
     use std::collections::HashSet;
     use std::sync::{Mutex, OnceLock};
-    type Site = (DType, String, &'static str, u32, u32);
+    // The site as shown (`cell N, line L` in the REPL): every cell's generated source is
+    // `src/lib.rs`, so its raw file and line would merge sites of different cells.
+    type Site = (DType, String, String);
     static SEEN: OnceLock<Mutex<HashSet<Site>>> = OnceLock::new();
     let c = crate::trace::array::canonicalize_dtype(dtype);
     if c != dtype {
@@ -191,7 +193,7 @@ pub fn check_user_dtype_supported(dtype: DType, fun_name: &str) -> DType {
             .get_or_init(|| Mutex::new(HashSet::new()))
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert((dtype, fun_name.to_string(), at.file(), at.line(), at.column()));
+            .insert((dtype, fun_name.to_string(), crate::trace::source_info(at).to_string()));
         if first {
             let text = x64_truncation_warning(dtype, fun_name);
             crate::transform::jit::warn(text.trim_start_matches("UserWarning: ").to_string());

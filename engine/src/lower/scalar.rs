@@ -51,6 +51,13 @@ pub(crate) fn unary(e: &mut Emitter, prim: &Primitive, x: &str, d: DType) -> Res
     let t = c.mlir();
     if d.is_float() {
         let xc = to_compute(e, x, d);
+        if matches!(prim, Tan) {
+            // tan = sin / cos in the compute type (the f32 sin/cos approximations apply).
+            let s = unary(e, &Sin, &xc, c)?;
+            let co = unary(e, &Cos, &xc, c)?;
+            let r = e.op(&format!("arith.divf {s}, {co} : {t}"));
+            return Ok(from_compute(e, &r, d));
+        }
         if c == DType::F32 {
             if let Some(r) = super::approx::unary_f32(e, prim, &xc) {
                 return Ok(from_compute(e, &r, d));

@@ -157,22 +157,31 @@ fn full_in<T: ScalarLike>(fun: &str, shape: &[usize], value: T, dtype: DType) ->
     host_array(std::iter::repeat_n(value.scalar().as_f64(), n), shape, dtype)
 }
 
-/// `jnp.zeros(shape, dtype)`.
-#[track_caller]
-pub fn zeros(shape: &[usize], dtype: DType) -> Array {
-    full_in("zeros", shape, 0.0, dtype)
+/// The dtype of a creation function: the one given, or JAX's default `dtype=None`:
+/// float32 (float64 with `jax_enable_x64`).
+fn dtype_or_default(dtype: Option<DType>) -> DType {
+    dtype.unwrap_or_else(|| canonicalize_dtype(DType::F64))
 }
 
-/// `jnp.ones(shape, dtype)`.
+/// `jnp.zeros(shape, dtype)`: `dtype` is a `DType` or `None` for JAX's default (float32;
+/// float64 with `jax_enable_x64`): `jnp::zeros(&[2, 3], None)`.
 #[track_caller]
-pub fn ones(shape: &[usize], dtype: DType) -> Array {
-    full_in("ones", shape, 1.0, dtype)
+pub fn zeros(shape: &[usize], dtype: impl Into<Option<DType>>) -> Array {
+    full_in("zeros", shape, 0.0, dtype_or_default(dtype.into()))
 }
 
-/// `jnp.empty(shape, dtype)`: as in JAX, zero-filled (XLA has no uninitialized arrays).
+/// `jnp.ones(shape, dtype)`: `dtype` is a `DType` or `None` for JAX's default (float32;
+/// float64 with `jax_enable_x64`): `jnp::ones(&[3], None)`.
 #[track_caller]
-pub fn empty(shape: &[usize], dtype: DType) -> Array {
-    full_in("empty", shape, 0.0, dtype)
+pub fn ones(shape: &[usize], dtype: impl Into<Option<DType>>) -> Array {
+    full_in("ones", shape, 1.0, dtype_or_default(dtype.into()))
+}
+
+/// `jnp.empty(shape, dtype)`: as in JAX, zero-filled (XLA has no uninitialized arrays);
+/// `dtype` `None` is the default float dtype, as for `zeros`.
+#[track_caller]
+pub fn empty(shape: &[usize], dtype: impl Into<Option<DType>>) -> Array {
+    full_in("empty", shape, 0.0, dtype_or_default(dtype.into()))
 }
 
 /// `jnp.full_like(x, value, dtype)`: `x`'s shape, `dtype` or else `x`'s dtype.
@@ -380,6 +389,7 @@ unary_fns!(
     log => Log: "`jnp.log`: natural logarithm.",
     sin => Sin: "`jnp.sin`.",
     cos => Cos: "`jnp.cos`.",
+    tan => Tan: "`jnp.tan`: sin(x)/cos(x) (ints promote to float32); derivative 1 + tan(x)².",
     tanh => Tanh: "`jnp.tanh`.",
     sqrt => Sqrt: "`jnp.sqrt`.",
     negative => Neg: "`jnp.negative`: -x.",

@@ -162,7 +162,7 @@ macro_rules! cmp_methods {
 }
 
 impl Array {
-    unary_methods!(sin => Sin, cos => Cos, exp => Exp, log => Log, tanh => Tanh, sqrt => Sqrt, abs => Abs);
+    unary_methods!(sin => Sin, cos => Cos, tan => Tan, exp => Exp, log => Log, tanh => Tanh, sqrt => Sqrt, abs => Abs);
     cmp_methods!(lt => Lt, le => Le, gt => Gt, ge => Ge, eq => Eq, ne => Ne, maximum => Max, minimum => Min);
 
     /// Elementwise power `x ** y`; a Rust integer `y` binds `integer_pow[y=..]`.

@@ -48,13 +48,34 @@ pub struct TraceEvent {
 }
 
 /// A recorded profile: its events and the threads they ran on.
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// Shown (`Display`, and `Debug` too, so a cell's value stays one line) as a summary:
+/// `Profile(12 events on 2 threads, written to /tmp/prof/....trace.json.gz)`; the events
+/// are in `events`.
+#[derive(Clone, Default, PartialEq)]
 pub struct Profile {
     pub events: Vec<TraceEvent>,
     /// `(tid, thread name)` of every thread with an event.
     pub threads: Vec<(u64, String)>,
     /// Where the trace file was written (`stop_trace`); `None` for an in-memory profile.
     pub path: Option<PathBuf>,
+}
+
+impl std::fmt::Display for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (e, t) = (self.events.len(), self.threads.len());
+        write!(f, "Profile({e} event{} on {t} thread{}", if e == 1 { "" } else { "s" }, if t == 1 { "" } else { "s" })?;
+        match &self.path {
+            Some(p) => write!(f, ", written to {})", p.display()),
+            None => write!(f, ", in memory)"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 struct Session {

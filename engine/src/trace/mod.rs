@@ -7,6 +7,7 @@
 //! in the trace with the user's line and returned by the traced call.
 
 pub mod array;
+pub mod cells;
 pub mod metadata;
 pub mod pytree;
 
@@ -60,8 +61,12 @@ fn next_trace_id() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Converts a `#[track_caller]` location into the jaxpr's source info.
+/// Converts a `#[track_caller]` location into the jaxpr's source info (a REPL cell's
+/// line for a location in a cell's generated crate: `cells`).
 pub fn source_info(loc: &Location<'_>) -> SourceInfo {
+    if let Some(s) = cells::map_location(loc) {
+        return s;
+    }
     SourceInfo { file: loc.file().to_string(), line: loc.line(), column: loc.column() }
 }
 

@@ -93,6 +93,8 @@ fn unary_factor(p: &Primitive, x: &Array, y: &Array) -> Result<Array> {
         Log => div(&bin(Add, arr(&scale(x, 0.0)?), lit(1.0, d))?, x),
         Sin => unary(Cos, x),
         Cos => neg(&unary(Sin, x)?),
+        // d tan x = 1 + tan² x (JAX's tan_p JVP), from the output.
+        Tan => bin(Add, lit(1.0, d), arr(&mul(y, y)?)),
         Tanh => bin(Sub, lit(1.0, d), arr(&mul(y, y)?)),
         Sqrt => div(&bin(Add, arr(&scale(x, 0.0)?), lit(0.5, d))?, y),
         Abs => {

@@ -118,8 +118,8 @@ pub fn report(events: &[Event]) -> String {
             (None, false) => "off (jax_compilation_cache_dir is not set)",
         };
         s.push_str(&format!(
-            "{} at {}:{}  trace: {trace} | executable: {exe} | persistent: {persistent}\n",
-            e.function, e.call_site.file, e.call_site.line
+            "{} at {}  trace: {trace} | executable: {exe} | persistent: {persistent}\n",
+            e.function, e.call_site.line_label()
         ));
         if let Some(r) = &e.reason {
             for line in r.lines() {

@@ -585,7 +585,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     fn trace_flat(&self, flat: &Flat, sig: &Signature) -> Result<(ClosedJaxpr, Vec<StaticValue>, TreeDef)> {
         let names: Vec<String> = (0..sig.avals.len()).map(|i| format!("args[{i}]")).collect();
         let site = &self.inner.site;
-        let desc = format!("{} at {}:{}", self.inner.name, site.file, site.line);
+        let desc = format!("{} at {}", self.inner.name, site.line_label());
         let (id, tracers) = trace::push_trace(&desc, &sig.avals, names);
         let liveness = trace::trace_liveness(id);
         let a = match crate::trace::pytree::unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone()) {
@@ -628,10 +628,10 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 return Err(Error::new(
                     crate::error::ErrorKind::UnexpectedTracer,
                     format!(
-                        "Leaked trace of jit({}) (defined at {}:{}): {alive} of its tracers are still alive after tracing. \
+                        "Leaked trace of jit({}) (defined at {}): {alive} of its tracers are still alive after tracing. \
                          The function stored a traced value outside itself (a Vec, a static, a captured RefCell); \
                          return it instead. Using it later raises UnexpectedTracerError.",
-                        self.inner.name, site.file, site.line
+                        self.inner.name, site.line_label()
                     ),
                 ));
             }
@@ -641,13 +641,13 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     }
 
     fn explain_miss(&self, sig: &Signature, call_site: &SourceInfo) -> String {
-        let at = format!("TRACING CACHE MISS at {}:{}:{}:", call_site.file, call_site.line, call_site.column);
+        let at = format!("TRACING CACHE MISS at {call_site}:");
         let seen = self.inner.seen.lock().unwrap_or_else(|e| e.into_inner());
         let site = &self.inner.site;
         if seen.is_empty() {
             let mut s = format!(
-                "{at}\n  never seen function:\n    {} id={} defined at {}:{}",
-                self.inner.name, self.inner.id, site.file, site.line
+                "{at}\n  never seen function:\n    {} id={} defined at {}",
+                self.inner.name, self.inner.id, site.line_label()
             );
             let mut sites = definition_sites().lock().unwrap_or_else(|e| e.into_inner());
             let n = sites.entry(site.clone()).or_insert(0);
@@ -660,8 +660,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             return s;
         }
         let mut s = format!(
-            "{at}\n  for {} defined at {}:{}\n  all previously seen cache keys differ. For the closest previous key:",
-            self.inner.name, site.file, site.line
+            "{at}\n  for {} defined at {}\n  all previously seen cache keys differ. For the closest previous key:",
+            self.inner.name, site.line_label()
         );
         let closest = seen
             .iter()

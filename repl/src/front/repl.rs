@@ -133,6 +133,7 @@ pub fn run(opts: SessionOptions) -> Result<()> {
                         Ok(_) => Some(answer),
                     }
                 };
+                session.borrow_mut().set_execution_count(count as u64);
                 let status = session.borrow_mut().execute_with_input(&line, &mut |o| printer.print(&o), &mut read_input);
                 if std::env::var_os("JAXREPL_TIMING").is_some() {
                     eprintln!("[timing] cell {count}: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);

@@ -95,6 +95,7 @@ pub fn run_file(path: &Path, opts: SessionOptions) -> Result<bool> {
         let n = i + 1;
         print_source(n, &cell.source);
         let t0 = Instant::now();
+        session.set_execution_count(n as u64);
         let status = session.execute(&cell.source, &mut |o| printer.print(&o));
         if timing {
             eprintln!("[timing] cell {n}: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);

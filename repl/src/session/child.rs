@@ -54,7 +54,7 @@ pub const PANIC_HOOK: &str = r#"std::panic::set_hook(Box::new(|info: &std::panic
     } else {
         String::from("Box<dyn Any>")
     };
-    let location = info.location().map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column())).unwrap_or_default();
+    let location = info.location().map(|l| LOCATION).unwrap_or_default();
     let thread = std::thread::current().name().unwrap_or("").to_string();
     let mut out = std::io::stdout().lock();
     let _ = write!(out, "EVCXR_BEGIN_CONTENT MIME\n{{\"message\":{},\"location\":{},\"thread\":{}}}\nEVCXR_END_CONTENT\n",
@@ -62,9 +62,16 @@ pub const PANIC_HOOK: &str = r#"std::panic::set_hook(Box::new(|info: &std::panic
     let _ = out.flush();
 }));"#;
 
-/// The panic hook with our MIME type filled in.
-pub fn panic_hook_code() -> String {
-    PANIC_HOOK.replace("MIME", PANIC_MIME)
+/// The panic hook with our MIME type filled in. With `engine`, a panic's location is
+/// shown as the engine shows locations (`cell N, line L` for a cell's line:
+/// `jax::interactive::location_label`); without, as `file:line:column`.
+pub fn panic_hook_code(engine: bool) -> String {
+    let location = if engine {
+        "jax::interactive::location_label(l)"
+    } else {
+        r#"format!("{}:{}:{}", l.file(), l.line(), l.column())"#
+    };
+    PANIC_HOOK.replace("MIME", PANIC_MIME).replace("LOCATION", location)
 }
 
 /// The engine prelude (docs/engine-api.md) for the engine crate at `engine_dir`.
@@ -81,6 +88,9 @@ pub struct Ctx {
     pub cmd: evcxr::CommandContext,
     /// The child's stdout lines (not evcxr protocol) and stderr lines.
     pub outputs: evcxr::EvalContextOutputs,
+    /// Whether the engine prelude is loaded (cells then register their lines with the
+    /// engine: `jax::interactive::enter_cell`).
+    pub engine: bool,
 }
 
 /// Creates an evcxr context building in `slot`, with the MLIR build variables set; the
@@ -119,6 +129,7 @@ pub fn create_context(slot: &Slot, work_dir: Option<&std::path::Path>) -> Result
     Ok(Ctx {
         cmd: evcxr::CommandContext::with_eval_context(eval),
         outputs,
+        engine: false,
     })
 }
 

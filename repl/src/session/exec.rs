@@ -43,7 +43,8 @@ pub(super) fn start_child(opts: &SessionOptions, slot: &Slot, shared: &Shared) -
 /// Evaluates the prelude (if enabled) and our panic hook in a fresh child. Returns error
 /// outputs to show the user; an empty list means all went well.
 fn run_setup(ctx: &mut Ctx, opts: &SessionOptions) -> Vec<Output> {
-    let hook = child::panic_hook_code();
+    let hook = child::panic_hook_code(false);
+    ctx.engine = false;
     let mut notes = Vec::new();
     if opts.prelude {
         if !opts.engine_path.join("Cargo.toml").is_file() {
@@ -55,9 +56,12 @@ fn run_setup(ctx: &mut Ctx, opts: &SessionOptions) -> Vec<Output> {
                 ),
             ));
         } else {
-            let code = format!("{}\n{hook}", child::prelude_code(&opts.engine_path));
+            let code = format!("{}\n{}", child::prelude_code(&opts.engine_path), child::panic_hook_code(true));
             match eval_quiet(ctx, &code) {
-                Ok(()) => return notes,
+                Ok(()) => {
+                    ctx.engine = true;
+                    return notes;
+                }
                 Err(msg) => notes.push(render::simple_error(
                     "PreludeError",
                     format!("the engine prelude failed; continuing without the engine:\n{msg}"),
@@ -187,6 +191,11 @@ impl Session {
             return ExecStatus::Error;
         };
         let vars_before = self.vars.clone();
+        let label = self.execution_count.take().unwrap_or(cell_number);
+        let located = located_code(ctx, &self.slot, label, code);
+        let shift = usize::from(located.is_some());
+        let user_code = code;
+        let code = located.as_deref().unwrap_or(code);
         let shared = self.shared.clone();
         let cell_pid = shared.child_pid();
         shared.in_cell.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -263,7 +272,7 @@ impl Session {
         let generated = ctx.cmd.last_source().ok();
         let status = match result {
             Ok(Ok(outputs)) => {
-                let (display, errors) = render::split_outputs(outputs.content_by_mime_type, code, generated.as_deref());
+                let (display, errors) = render::split_outputs(outputs.content_by_mime_type, user_code, generated.as_deref());
                 let had_errors = !errors.is_empty();
                 for e in errors {
                     sink(e);
@@ -289,7 +298,7 @@ impl Session {
                 ExecStatus::Interrupted
             }
             Ok(Err(evcxr::Error::CompilationErrors(errors))) => {
-                sink(render::compile_errors(&errors, code));
+                sink(render::compile_errors(&errors, user_code, shift));
                 ExecStatus::Error
             }
             Ok(Err(evcxr::Error::TypeRedefinedVariablesLost(lost))) => {
@@ -406,6 +415,19 @@ fn compiling_now() -> bool {
     false
 }
 
+/// `code` with the call that registers its lines with the engine prepended
+/// (`jax::interactive::enter_cell`: engine locations then read `cell N, line L`), or
+/// `None` when the engine is not loaded or the cell holds evcxr `:` commands. The call
+/// takes one line of its own: compile errors shift their line numbers back by one.
+fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<String> {
+    let command = |l: &str| l.trim_start().starts_with(':') && !l.trim_start().starts_with("::");
+    if !ctx.engine || code.lines().any(command) {
+        return None;
+    }
+    let lib_rs = slot.dir().join("src").join("lib.rs");
+    Some(format!("jax::interactive::enter_cell({label}, {:?}, {code:?});\n{code}", lib_rs.to_string_lossy()))
+}
+
 /// A line from the child's stderr: an engine progress event (`jax::progress`'s wire
 /// format) or plain stderr text.
 pub(super) fn stderr_output(line: String) -> Output {
@@ -505,7 +527,7 @@ pub(super) fn complete(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &
     }
     let mut result = Completions { matches, start, end: cursor };
     if let Some(ctx) = ctx
-        && let Ok(Ok(found)) = catch_unwind(AssertUnwindSafe(|| ctx.cmd.completions(code, cursor)))
+        && let Some(Ok(found)) = quietly(|| ctx.cmd.completions(code, cursor))
         && !found.completions.is_empty()
         && found.end_offset <= code.len()
         && found.start_offset <= found.end_offset
@@ -513,18 +535,62 @@ pub(super) fn complete(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &
     {
         if found.start_offset == result.start && found.end_offset == result.end {
             for c in &found.completions {
-                push(&plain_completion(&c.code), &mut result.matches);
+                push(&completion_insert(&c.code), &mut result.matches);
             }
         } else if result.matches.is_empty() {
             // rust-analyzer replaces a different range (e.g. after a `.`): use its answer.
             let mut matches = Vec::new();
             for c in &found.completions {
-                push(&plain_completion(&c.code), &mut matches);
+                push(&completion_insert(&c.code), &mut matches);
             }
             result = Completions { matches, start: found.start_offset, end: found.end_offset };
         }
     }
     result
+}
+
+/// Runs `f` (a rust-analyzer query) with panics silenced: rust-analyzer sometimes panics
+/// inside a query (a cancelled or inconsistent analysis); its message and backtrace must
+/// not reach the user's terminal. The panic hook is replaced for the call, printing only
+/// panics of other threads, and restored after. A panic gives `None` (no candidates).
+fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
+    use std::sync::Arc;
+    type Hook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Send + Sync + 'static>;
+    if std::thread::panicking() {
+        return catch_unwind(AssertUnwindSafe(f)).ok();
+    }
+    let previous: Arc<Hook> = Arc::new(std::panic::take_hook());
+    let me = std::thread::current().id();
+    let forward = previous.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().id() != me {
+            forward(info);
+        }
+    }));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    drop(std::panic::take_hook());
+    match Arc::try_unwrap(previous) {
+        Ok(hook) => std::panic::set_hook(hook),
+        // Another thread still runs our hook's copy (it is printing a panic): chain to it.
+        Err(shared) => std::panic::set_hook(Box::new(move |info| shared(info))),
+    }
+    result.ok()
+}
+
+/// What a completion inserts: the plain text of rust-analyzer's snippet, but for a call
+/// with arguments only the name and `(` (`reshape(${1:shape})$0` → `reshape(`), so no
+/// parameter names land in the line; a call without arguments keeps `()`.
+pub(super) fn completion_insert(code: &str) -> String {
+    let plain = plain_completion(code);
+    if let Some(p) = plain.find('(') {
+        let head = &plain[..p];
+        let name = head.strip_suffix('!').unwrap_or(head);
+        let is_call = !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+        if is_call && !plain[p + 1..].starts_with(')') {
+            return plain[..=p].to_string();
+        }
+    }
+    plain
 }
 
 /// A rust-analyzer completion as plain text: LSP snippet syntax (`$0`, `$1`,
@@ -601,7 +667,7 @@ pub(super) fn inspect(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &s
         .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
         .map(|(i, _)| cursor + i)
         .unwrap_or(code.len());
-    let (plain, _html) = catch_unwind(AssertUnwindSafe(|| ctx.cmd.hover_at(code, end))).ok()?.ok()?;
+    let (plain, _html) = quietly(|| ctx.cmd.hover_at(code, end))?.ok()?;
     let plain = plain.trim().to_string();
     if plain.is_empty() || plain == "No documentation found" { None } else { Some(plain) }
 }
@@ -628,6 +694,33 @@ mod tests {
         assert_eq!(plain_completion("plain_name"), "plain_name");
         assert_eq!(plain_completion("bad ${1:unclosed"), "bad unclosed");
         assert_eq!(plain_completion("$"), "$");
+    }
+
+    #[test]
+    fn completions_insert_only_the_name_and_paren() {
+        assert_eq!(completion_insert("reshape(${1:shape})$0"), "reshape(");
+        assert_eq!(completion_insert("f(${1:a}, ${2:b})"), "f(");
+        assert_eq!(completion_insert("m!(${1|x,y|})"), "m!(");
+        assert_eq!(completion_insert("sin()$0"), "sin()");
+        assert_eq!(completion_insert("plain_name"), "plain_name");
+        assert_eq!(completion_insert("Point { x: ${1:()} }$0"), "Point { x: () }");
+    }
+
+    #[test]
+    fn a_panicking_query_is_silent_and_gives_nothing() {
+        let out: Option<u32> = quietly(|| panic!("rust-analyzer went wrong"));
+        assert_eq!(out, None);
+        assert_eq!(quietly(|| 7), Some(7));
+        // The previous hook is back: a caught panic still reaches it.
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = seen.clone();
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |_| s.store(true, std::sync::atomic::Ordering::SeqCst)));
+        let _ = quietly(|| 1);
+        let _ = catch_unwind(|| panic!("after"));
+        let _ = std::panic::take_hook();
+        std::panic::set_hook(before);
+        assert!(seen.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[test]

@@ -184,6 +184,9 @@ pub struct Session {
     notes: Vec<Output>,
     /// Cells run so far (names progress events of cell builds).
     cells_run: u64,
+    /// The number the front end shows for the next cell (`In [N]`), used in engine
+    /// locations (`cell N, line L`); `cells_run + 1` when not set.
+    execution_count: Option<u64>,
 }
 
 impl Session {
@@ -210,6 +213,7 @@ impl Session {
             vars: Vec::new(),
             notes: Vec::new(),
             cells_run: 0,
+            execution_count: None,
         })
     }
 
@@ -226,6 +230,12 @@ impl Session {
             anyhow::bail!("{evalue}");
         }
         Ok(())
+    }
+
+    /// Sets the number the front end shows for the next cell (`In [N]`); engine locations
+    /// in that cell read `cell N, line L`. Without it, cells are numbered in the order run.
+    pub fn set_execution_count(&mut self, n: u64) {
+        self.execution_count = Some(n);
     }
 
     /// Runs one cell, passing every output to `sink` as it appears (stdout/stderr lines

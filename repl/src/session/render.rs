@@ -173,6 +173,23 @@ fn map_locations_in(text: &str, cell: &str, generated: Option<&str>) -> String {
     out
 }
 
+/// rustc's `expected value, found macro `s`` for a name the user never defined but the
+/// prelude has a macro of (`s!` indexing, `P!` partition specs): the user's real mistake
+/// is the undefined value, so the error says that, with a note on the macro. Returns the
+/// name and the note.
+fn undefined_value_named_like_macro(message: &str) -> Option<(String, String)> {
+    let name = message.strip_prefix("expected value, found macro `")?.strip_suffix('`')?;
+    let what = match name {
+        "s" => "`s![...]` builds an array index: `x.index(s![1.., 0])`",
+        "P" => "`P![...]` builds a PartitionSpec",
+        _ => "a macro",
+    };
+    Some((
+        name.to_string(),
+        format!("no value `{name}` is defined in this cell or an earlier one; the only `{name}` in scope is the prelude's macro ({what}). Define it first (`let {name} = ...;`)."),
+    ))
+}
+
 /// Renders rustc errors in rustc's own shape, with cell line numbers:
 /// ```text
 /// error[E0308]: mismatched types
@@ -181,22 +198,43 @@ fn map_locations_in(text: &str, cell: &str, generated: Option<&str>) -> String {
 /// 3 | let y: i32 = "a";
 ///   |              ^^^ expected `i32`, found `&str`
 /// ```
-pub fn compile_errors(errors: &[evcxr::CompilationError], cell: &str) -> Output {
+///
+/// `shift` is the number of lines the session prepended to the cell (the engine's
+/// line-registration call): spans move up by that much, and spans on those lines are
+/// dropped.
+pub fn compile_errors(errors: &[evcxr::CompilationError], cell: &str, shift: usize) -> Output {
     let mut traceback = Vec::new();
     let mut first = None;
     for error in errors {
+        let macro_note = undefined_value_named_like_macro(&error.message());
+        let message = match &macro_note {
+            Some((name, _)) => format!("cannot find value `{name}` in this scope"),
+            None => error.message(),
+        };
         let head = match error.code() {
-            Some(code) => format!("{}[{code}]: {}", error.level(), error.message()),
-            None => format!("{}: {}", error.level(), error.message()),
+            Some(code) => format!("{}[{code}]: {message}", error.level()),
+            None => format!("{}: {message}", error.level()),
         };
         if first.is_none() {
-            first = Some(error.message());
+            first = Some(message);
         }
         if !traceback.is_empty() {
             traceback.push(String::new());
         }
         traceback.push(head);
-        let spans = error.spanned_messages();
+        let spans: Vec<_> = error
+            .spanned_messages()
+            .iter()
+            .filter(|s| s.span.is_none_or(|sp| sp.start_line > shift))
+            .cloned()
+            .map(|mut s| {
+                if let Some(sp) = &mut s.span {
+                    sp.start_line -= shift;
+                    sp.end_line = sp.end_line.saturating_sub(shift).max(sp.start_line);
+                }
+                s
+            })
+            .collect();
         let mut located: Vec<_> = spans.iter().filter(|s| s.span.is_some()).collect();
         let width = located
             .iter()
@@ -242,6 +280,9 @@ pub fn compile_errors(errors: &[evcxr::CompilationError], cell: &str) -> Output 
                 traceback.push(format!("{pad} = help: {line}"));
             }
         }
+        if let Some((_, note)) = &macro_note {
+            traceback.push(format!("{pad} = note: {note}"));
+        }
         if let Some(hint) = error.evcxr_extra_hint() {
             traceback.push(format!("{pad} = note: {hint}"));
         }
@@ -282,6 +323,14 @@ mod tests {
         assert_eq!(traceback, vec!["a", "b"]);
         let Output::Error { ename, evalue, .. } = engine_error_output("not json") else { panic!() };
         assert_eq!((ename.as_str(), evalue.as_str()), ("Error", "not json"));
+    }
+
+    #[test]
+    fn a_value_named_like_a_prelude_macro_is_reported_as_undefined() {
+        let (name, note) = undefined_value_named_like_macro("expected value, found macro `s`").unwrap();
+        assert_eq!(name, "s");
+        assert!(note.contains("no value `s` is defined") && note.contains("x.index(s![1.., 0])"), "{note}");
+        assert_eq!(undefined_value_named_like_macro("mismatched types"), None);
     }
 
     #[test]

@@ -1,0 +1,130 @@
+//! Defects a fresh user found in the front end, each checked on real values: locations
+//! in errors point at the user's line (not the engine), the `%help` table is aligned,
+//! `profiler` values print on one line, config errors list every flag, `memory_analysis`
+//! reports the code size of an O0 executable, and `jnp::ones`/`zeros` take JAX's default
+//! dtype.
+
+use jax::ir::SourceInfo;
+use jax::prelude::*;
+
+#[test]
+fn source_info_shows_cell_lines_and_file_lines() {
+    let cell = SourceInfo { file: "cell 3".into(), line: 2, column: 9 };
+    assert_eq!(cell.cell(), Some(3));
+    assert_eq!(cell.to_string(), "cell 3, line 2");
+    assert_eq!(cell.line_label(), "cell 3, line 2");
+    let file = SourceInfo { file: "src/main.rs".into(), line: 10, column: 5 };
+    assert_eq!(file.cell(), None);
+    assert_eq!(file.to_string(), "src/main.rs:10:5");
+    assert_eq!(file.line_label(), "src/main.rs:10");
+}
+
+#[test]
+fn debug_print_count_mismatch_points_at_the_callers_line() {
+    let f = jit(|x: Array| {
+        jax::debug::print!("{} and {}", x); // the mismatched print
+        x * 2.0
+    });
+    let e = f.call(&jnp::arange(3.0)).unwrap_err();
+    assert_eq!(e.ename(), "ValueError");
+    let loc = e.location.expect("a location");
+    assert!(loc.file.ends_with("frontend_fixes.rs"), "{loc:?}");
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/frontend_fixes.rs")).unwrap();
+    assert!(src.lines().nth(loc.line as usize - 1).unwrap().contains("the mismatched print"), "{loc:?}");
+    // Eagerly too: the error is returned by try_print_values with the caller's line.
+    let e = jax::debug::try_print_values("{} {}", &[jnp::arange(2.0)]).unwrap_err();
+    let loc = e.location.expect("a location");
+    assert!(loc.file.ends_with("frontend_fixes.rs"), "{loc:?}");
+}
+
+#[test]
+fn help_descriptions_start_in_one_column() {
+    let text = jax::magic::help().0;
+    let mut cols = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("  %")) {
+        // Usage, then at least two spaces (one after a long usage), then the description.
+        let usage_end = line[2..].find("  ").map(|i| i + 2);
+        let Some(end) = usage_end else { continue };
+        let desc = end + line[end..].len() - line[end..].trim_start().len();
+        if end - 2 <= 15 {
+            cols.push((line.to_string(), desc));
+        }
+    }
+    assert!(cols.len() >= 10, "{text}");
+    for (line, c) in &cols {
+        assert_eq!(*c, 18, "misaligned: {line:?}");
+    }
+}
+
+#[test]
+fn a_profile_prints_as_one_line() {
+    let f = jit(|x: Array| x.sin().sum()).with_name("f");
+    let x = jnp::arange(8.0);
+    let (v, p) = profiler::profile(|| f.call(&x).unwrap()).unwrap();
+    assert!((v.item::<f32>().unwrap() as f64 - (0..8).map(|i| (i as f64).sin()).sum::<f64>()).abs() < 1e-5);
+    let shown = format!("{p:?}");
+    assert_eq!(shown, p.to_string());
+    assert_eq!(shown.lines().count(), 1, "{shown}");
+    let n = p.events.len();
+    let t = p.threads.len();
+    assert!(n > 0 && t > 0);
+    let want = format!(
+        "Profile({n} event{} on {t} thread{}, in memory)",
+        if n == 1 { "" } else { "s" },
+        if t == 1 { "" } else { "s" }
+    );
+    assert_eq!(shown, want);
+    assert_eq!(p.text_repr(), want);
+}
+
+#[test]
+fn config_errors_list_every_flag_with_its_setter() {
+    let e = config::update("jax_no_such_flag", true).unwrap_err();
+    assert_eq!(e.ename(), "ValueError");
+    for name in ["jax_enable_x64", "jax_debug_nans", "jax_dump_ir_to", "jax_default_matmul_precision", "jax_num_cpu_devices"] {
+        assert!(e.message.contains(name), "{name} missing from: {}", e.message);
+    }
+    let e2 = config::update_str("jax_no_such_flag", "x").unwrap_err();
+    assert_eq!(e2.message, e.message, "one list for every setter");
+    let wrong = config::update("jax_dump_ir_to", true).unwrap_err();
+    assert_eq!(wrong.message, "config flag \"jax_dump_ir_to\" takes a text value: config::update_str(name, \"...\")");
+    let wrong = config::update_str("jax_enable_x64", "1").unwrap_err();
+    assert_eq!(wrong.message, "config flag \"jax_enable_x64\" takes a boolean: config::update(name, true)");
+}
+
+#[test]
+fn memory_analysis_reports_code_size_at_every_opt_level() {
+    let f = jit(|x: Array| (x.sin() * 2.0 + 1.0).sum());
+    let lowered = f.trace(&jnp::arange(16.0)).unwrap().lower().unwrap();
+    for level in ["0", "1", "2", "3"] {
+        let c = lowered.compile_with(&[("opt_level", level)]).unwrap();
+        let size = c.memory_analysis().generated_code_size_in_bytes;
+        assert!(size > 0, "opt_level {level}: generated_code_size_in_bytes = 0");
+        // The same executable's assembly has instructions for that code.
+        assert!(c.asm().unwrap().lines().count() > 10);
+    }
+    // The default compile is tiered: the O0 first tier, then the optimised one.
+    let g = jit(|x: Array| (x.cos() * 3.0 - 1.0).sum());
+    let c = g.trace(&jnp::arange(16.0)).unwrap().lower().unwrap().compile().unwrap();
+    let first = c.memory_analysis().generated_code_size_in_bytes;
+    assert!(first > 0, "tier {}: generated_code_size_in_bytes = 0", c.tier());
+    if c.wait_optimized(std::time::Duration::from_secs(300)) {
+        let second = c.memory_analysis().generated_code_size_in_bytes;
+        assert!(second > 0, "tier {}: generated_code_size_in_bytes = 0", c.tier());
+    }
+}
+
+#[test]
+fn ones_and_zeros_default_to_float32_like_jax() {
+    let o = jnp::ones(&[2, 3], None);
+    assert_eq!((o.dtype(), o.shape().to_vec()), (DType::F32, vec![2, 3]));
+    assert_eq!(o.to_vec::<f32>().unwrap(), vec![1.0; 6]);
+    let z = jnp::zeros(&[4], None);
+    assert_eq!((z.dtype(), z.to_vec::<f32>().unwrap()), (DType::F32, vec![0.0; 4]));
+    // The explicit form is unchanged.
+    let i = jnp::ones(&[2], DType::I32);
+    assert_eq!((i.dtype(), i.to_vec::<i32>().unwrap()), (DType::I32, vec![1, 1]));
+    // Inside a trace as well.
+    let f = jit(|x: Array| x + jnp::ones(&[3], None));
+    assert_eq!(f.call(&jnp::arange(3.0)).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+}
