@@ -373,3 +373,19 @@ fn bf16_and_f16_host_arrays_round_trip_through_compiled_code() {
     assert_eq!(s.dtype(), DType::BF16);
     assert!((s.item::<bf16>().unwrap().to_f64() - 0.6).abs() < 0.01);
 }
+
+/// NumPy's rule for max/min of empty arrays: only a reduced axis of length 0 is an error
+/// (`zeros((0, 7)).max(axis=1)` has shape (0,); `zeros((3, 0)).max(axis=1)` raises).
+#[test]
+fn max_min_of_empty_arrays_follow_numpy() {
+    let x = jnp::zeros(&[0, 7], DType::F32);
+    let m = jnp::max(&x, Some(&[1])).unwrap();
+    assert_eq!(m.shape(), &[0]);
+    let m = jnp::min(&x, Some(&[-1])).unwrap();
+    assert_eq!(m.shape(), &[0]);
+    for (shape, axis) in [(&[3usize, 0][..], 1isize), (&[0, 0], 1), (&[0, 7], 0)] {
+        let x = jnp::zeros(shape, DType::F32);
+        let e = jnp::max(&x, Some(&[axis])).unwrap_err().to_string();
+        assert!(e.contains("zero-size array to reduction operation"), "{shape:?} axis {axis}: {e}");
+    }
+}

@@ -132,7 +132,9 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
                 return Err(Error::value_error(format!("{}: axis {ax} is out of bounds for array of dimension {}", p.name(), a.ndim())));
             }
             let shape: Vec<usize> = (0..a.ndim()).filter(|i| !axes.contains(i)).map(|i| a.shape[i]).collect();
-            if matches!(p, ReduceMax { .. } | ReduceMin { .. }) && a.size() == 0 && !axes.is_empty() {
+            // NumPy's rule (jnp.max too): an error only when a reduced axis is empty; an empty
+            // array reduced over non-empty axes gives an empty result.
+            if matches!(p, ReduceMax { .. } | ReduceMin { .. }) && axes.iter().any(|&ax| a.shape[ax] == 0) {
                 return Err(Error::value_error(format!("{}: zero-size array to reduction operation which has no identity", p.name())));
             }
             Ok(vec![ShapedArray { shape, ..a.clone() }])
