@@ -113,7 +113,7 @@ bp2.call(Array::scalar(2.0f32))"""
     n = reply["content"]["execution_count"]
     text = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
     lines = text.splitlines()
-    assert lines[:4] == ["Entering jdb:", f"> cell {n}, line 3", "   3 -> debug::breakpoint!(x, y)?;",
+    assert lines[:4] == ["Entering jdb:", f"> cell {n}, line 3", "   3 ->     debug::breakpoint!(x, y)?;",
                          f"> cell {n}, line 3"], text
 
 
