@@ -79,12 +79,8 @@ text_repr_display!(
     crate::sharding::ArrayType,
     crate::sharding::AxisType
 );
-
-impl TextRepr for crate::profiler::Profile {
-    fn text_repr(&self) -> String {
-        self.to_string()
-    }
-}
+// One line (its Debug is its Display): `Profile(12 events on 2 threads, written to …)`.
+text_repr_display!(crate::profiler::Profile);
 impl TextRepr for () {
     fn text_repr(&self) -> String {
         String::new()

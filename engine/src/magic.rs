@@ -453,6 +453,8 @@ pub fn help() -> Text {
          \x20 %eqn-count CALL equations per source line of CALL's trace (find unrolled loops)\n\
          \x20 %precision [V]  show/set jax_default_matmul_precision (highest, BF16_BF16_F32, none, ...)\n\
          \x20 %precision compare CALL   each dot algorithm preset's error vs f64 and time\n\
+         \x20 %sharding X     how array X is laid out over devices (coloured table; HTML in Jupyter)\n\
+         \x20 %mesh [M]       the mesh M (or set_mesh's) as a grid of devices with axis names\n\
          \x20 %help           this text\n\
          Engine: jnp::arange, jnp::linspace, jnp::zeros/ones/full, jit(|x: Array| ...), f.call(&x),\n\
          grad(f)(x), value_and_grad, jvp, vjp, vmap(f)(x), lax::cond/while_loop/fori_loop/scan, jax::random, jax::nn,\n\

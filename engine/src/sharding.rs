@@ -1244,14 +1244,10 @@ pub fn visualize_array_sharding(x: &Array) -> Result<crate::display::sharding_vi
             ))
         }
     };
-    let (sharding, blocks) = match d.sharded_info() {
-        Some(sh) => (Sharding::Named(sh.sharding.clone()), sh.sharding.blocks(&d.aval.shape)?),
-        None => (
-            Sharding::Single(SingleDeviceSharding::new(Device { id: d.placement.device })),
-            vec![(d.placement.device, d.aval.shape.iter().map(|&n| (0, n, true)).collect())],
-        ),
+    let blocks = match d.sharded_info() {
+        Some(sh) => sh.sharding.blocks(&d.aval.shape)?,
+        None => vec![(d.placement.device, d.aval.shape.iter().map(|&n| (0, n, true)).collect())],
     };
-    let _ = sharding;
     visualize_blocks(&d.aval, &type_text(d), blocks)
 }
 
@@ -1374,9 +1370,5 @@ pub(crate) fn from_shards(aval: ShapedArray, ns: NamedSharding, shards: Vec<Arc<
     if blocks.len() != shards.len() {
         return Err(Error::runtime(format!("internal: {} shards for a mesh of {} devices", shards.len(), blocks.len())));
     }
-    let bufs: Vec<ShardBuf> = blocks.into_iter().zip(shards).map(|((device, index), data)| ShardBuf { device, index, data }).collect();
-    let first = ns.mesh.device_ids()[0];
-    let sh = Sharded { sharding: ns, shards: OnceLock::new(), gather_on_wait: true };
-    let _ = sh.shards.set(bufs);
-    Ok(DeviceArray::sharded(aval, Placement { device: first, committed: true }, sh, None))
+    Ok(sharded_from_shards(aval, ns, blocks.into_iter().zip(shards).map(|((device, index), data)| (device, index, data)).collect()))
 }

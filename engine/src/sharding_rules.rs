@@ -193,7 +193,7 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
             Ok(vec![res])
         }
         Transpose { permutation } => Ok(vec![permutation.iter().map(|&p| ins[0][p].clone()).collect()]),
-        Reshape { new_sizes } => Ok(vec![reshape_rule(mesh, in_avals[0], &ins[0], new_sizes, &out_avals[0])?]),
+        Reshape { new_sizes } => Ok(vec![reshape_rule(mesh, in_avals[0], &ins[0], new_sizes)?]),
         ReduceSum { axes } | ReduceMax { axes } | ReduceMin { axes } | ReduceProd { axes } | ReduceAnd { axes } | ReduceOr { axes } | ArgMax { axes, .. } => {
             let res: Dims = ins[0].iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, e)| e.clone()).collect();
             Ok(vec![res])
@@ -269,7 +269,7 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
 /// of one dim to one dim keeps its axes; a split (one dim to several) or merge (several to
 /// one) keeps the major dim's axes when the pieces divide evenly. Anything else that is
 /// sharded over `Explicit` axes is an error (reshard first), over `Auto` axes replicated.
-fn reshape_rule(mesh: &Mesh, a: &ShapedArray, dims: &Dims, new: &[usize], out: &ShapedArray) -> Result<Dims> {
+fn reshape_rule(mesh: &Mesh, a: &ShapedArray, dims: &Dims, new: &[usize]) -> Result<Dims> {
     let old = &a.shape;
     let mut res: Dims = vec![vec![]; new.len()];
     let (mut i, mut j) = (0, 0);
@@ -312,7 +312,6 @@ fn reshape_rule(mesh: &Mesh, a: &ShapedArray, dims: &Dims, new: &[usize], out: &
             )));
         }
     }
-    let _ = out;
     Ok(res)
 }
 

@@ -34,3 +34,22 @@ pub fn host_array(shape: &[usize], seed: u64) -> (jax::prelude::Array, Vec<f64>)
     let a = jax::prelude::Array::from_vec(v.clone(), shape).expect("shape matches the data");
     (a, v.iter().map(|&x| x as f64).collect())
 }
+
+/// Sets `jax_num_cpu_devices = 8` once per test binary, before the backend starts (so the
+/// binary must not touch arrays before calling it), and checks the backend sees 8 devices.
+/// Panics when the backend had already started: the test binary is then misbuilt.
+pub fn eight_cpu_devices() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        jax::config::update_int("jax_num_cpu_devices", 8).expect("set before the backend starts");
+        assert_eq!(jax::sharding::device_count(), 8);
+    });
+}
+
+/// A process-wide lock for tests that read or set process-wide state (config flags, call
+/// counters, per-device memory accounting): hold the guard for the whole test. A test that
+/// panicked while holding it does not poison it for the others.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -7,20 +7,8 @@
 
 use jax::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
-
-fn setup() {
-    static S: Once = Once::new();
-    S.call_once(|| {
-        config::update_int("jax_num_cpu_devices", 8).expect("set before the backend starts");
-    });
-}
-
-/// Callback tests count calls in statics: one at a time.
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
+use std::sync::{Arc, Mutex};
+use jaxrepl_tests::{eight_cpu_devices, serial};
 
 /// The host function of the page: sin of the operand, in its dtype.
 fn host_sin(args: &[Array]) -> jax::Result<Vec<Array>> {
@@ -46,8 +34,8 @@ fn f_pure(x: Array) -> jax::Result<Array> {
 
 #[test]
 fn pure_callback_eager_jit_scan_vmap() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     let x = jnp::arange(5.0);
     close(&f_pure(x.clone()).unwrap(), &sin_ref(5));
     close(&jit(f_pure).call(&x).unwrap(), &sin_ref(5));
@@ -62,7 +50,7 @@ fn pure_callback_eager_jit_scan_vmap() {
 
 #[test]
 fn pure_callback_jaxpr_text() {
-    setup();
+    eight_cpu_devices();
     let j = make_jaxpr(f_pure, &jnp::arange(5.0)).unwrap();
     assert_eq!(
         j.to_string(),
@@ -89,8 +77,8 @@ fn counting(args: &[Array]) -> jax::Result<Vec<Array>> {
 
 #[test]
 fn unused_pure_callback_is_eliminated_io_callback_is_not() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     let x = jnp::arange(3.0);
     let used = jit(|x: Array| -> jax::Result<Array> { Ok(pure_callback(counting, &[ShapeDtypeStruct::like(&x)], &[x.clone()], None)?.remove(0) + 1.0) });
     let unused = jit(|x: Array| -> jax::Result<Array> {
@@ -117,8 +105,8 @@ fn unused_pure_callback_is_eliminated_io_callback_is_not() {
 
 #[test]
 fn vmap_methods() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     let shapes: Arc<Mutex<Vec<Vec<Vec<usize>>>>> = Arc::default();
     let record = |shapes: Arc<Mutex<Vec<Vec<Vec<usize>>>>>| {
         move |args: &[Array]| -> jax::Result<Vec<Array>> {
@@ -161,8 +149,8 @@ fn vmap_methods() {
 
 #[test]
 fn io_callback_vmap_and_scan() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let s2 = seen.clone();
     let make = move |ordered: bool| {
@@ -195,8 +183,8 @@ fn io_callback_vmap_and_scan() {
 
 #[test]
 fn callbacks_are_not_differentiable() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     let e = grad(|x: Array| -> jax::Result<Array> { Ok(f_pure(x)?.sum()) })(jnp::arange(3.0)).unwrap_err();
     assert_eq!(e.to_string(), "ValueError: Pure callbacks do not support JVP. Please use `custom_jvp` to use callbacks while taking gradients.");
     let e = jvp(|x: Array| f_pure(x), &jnp::arange(3.0), &jnp::ones(&[3], DType::F32)).unwrap_err();
@@ -225,8 +213,8 @@ fn raise_if_negative(args: &[Array]) -> jax::Result<Vec<Array>> {
 
 #[test]
 fn errors_inside_callbacks_name_the_callback() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     let f = jit(|x: Array| pure_callback(raise_if_negative, &[ShapeDtypeStruct::like(&x)], &[x], None).map(|mut v| v.remove(0)));
     let e = f.call(&Array::from_slice(&[0.0f32])).unwrap_err();
     assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is 0");
@@ -255,8 +243,8 @@ fn errors_inside_callbacks_name_the_callback() {
 
 #[test]
 fn sharded_data_under_jit_is_one_global_call() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     let mesh = make_mesh(&[8], &["i"], None).unwrap();
     let x = device_put(&jnp::arange(8.0), NamedSharding::new(&mesh, P!("i")).unwrap()).unwrap();
     let seen: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();

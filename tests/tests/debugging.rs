@@ -4,12 +4,8 @@
 //! one lock.
 
 use jax::prelude::*;
-use std::sync::{Arc, Mutex, MutexGuard};
-
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
+use std::sync::{Arc, Mutex};
+use jaxrepl_tests::serial;
 
 /// A callback that records each value it sees (as f64 vectors), in call order.
 fn recorder() -> (Arc<Mutex<Vec<Vec<f64>>>>, impl Fn(&[Array]) + Send + Sync + 'static) {
@@ -24,7 +20,7 @@ fn recorder() -> (Arc<Mutex<Vec<Vec<f64>>>>, impl Fn(&[Array]) + Send + Sync + '
 
 #[test]
 fn format_buffers_placeholders_and_precision() {
-    let _l = lock();
+    let _l = serial();
     let x = Array::scalar(2.0f32).buffer().unwrap();
     let y = Array::scalar(0.909_297_4f32).buffer().unwrap();
     let v = jnp::arange(3.0).buffer().unwrap();
@@ -38,7 +34,7 @@ fn format_buffers_placeholders_and_precision() {
 
 #[test]
 fn print_argument_count_errors_come_back_from_the_traced_call() {
-    let _l = lock();
+    let _l = serial();
     let f = jit(|x: Array| {
         debug::print!("hello", x);
         x
@@ -68,7 +64,7 @@ fn print_argument_count_errors_come_back_from_the_traced_call() {
 
 #[test]
 fn callback_sees_values_under_jit_vmap_and_grad() {
-    let _l = lock();
+    let _l = serial();
     // jit: one call with the runtime value; the jaxpr shows the effect.
     let (seen, cb) = recorder();
     let cb = Arc::new(cb);
@@ -110,7 +106,7 @@ fn callback_sees_values_under_jit_vmap_and_grad() {
 
 #[test]
 fn debug_nans_names_the_primitive_and_line_in_jit_and_eager() {
-    let _l = lock();
+    let _l = serial();
     let f = jit(|x: Array| {
         let w = x.clone() * x * -3.0;
         w.log() // the NaN comes from here
@@ -139,7 +135,7 @@ fn debug_nans_names_the_primitive_and_line_in_jit_and_eager() {
 
 #[test]
 fn debug_infs_in_div() {
-    let _l = lock();
+    let _l = serial();
     let _g = debug_infs(true);
     let f = jit(|x: Array| x / 0.0);
     let e = f.call(&Array::scalar(1.0f32)).unwrap_err();
@@ -150,7 +146,7 @@ fn debug_infs_in_div() {
 
 #[test]
 fn disable_jit_runs_on_concrete_values() {
-    let _l = lock();
+    let _l = serial();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     let f = jit(move |x: Array| {
@@ -169,7 +165,7 @@ fn disable_jit_runs_on_concrete_values() {
 
 #[test]
 fn tracer_leaks_are_found_and_a_leaked_tracer_is_an_error_later() {
-    let _l = lock();
+    let _l = serial();
     let leaked: Arc<Mutex<Vec<Array>>> = Arc::new(Mutex::new(Vec::new()));
     let l2 = leaked.clone();
     let f = jit(move |x: Array| {
@@ -201,7 +197,7 @@ fn tracer_leaks_are_found_and_a_leaked_tracer_is_an_error_later() {
 
 #[test]
 fn breakpoint_reads_jdb_commands_and_prints_frame_values() {
-    let _l = lock();
+    let _l = serial();
     use jax::debug::breakpoint::{set_io, Io};
     struct Sink(Arc<Mutex<Vec<u8>>>);
     impl std::io::Write for Sink {

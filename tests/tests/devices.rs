@@ -6,15 +6,7 @@
 
 use jax::prelude::*;
 use jax::sharding::{set_num_cpu_devices, Shard};
-use std::sync::Once;
-
-fn setup() {
-    static S: Once = Once::new();
-    S.call_once(|| {
-        config::update_int("jax_num_cpu_devices", 8).expect("set before the backend starts");
-        assert_eq!(device_count(), 8);
-    });
-}
+use jaxrepl_tests::eight_cpu_devices;
 
 fn panic_text(f: impl FnOnce() -> Array) -> String {
     let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("should fail");
@@ -27,7 +19,7 @@ fn arange(n: usize) -> Vec<f32> {
 
 #[test]
 fn devices_and_config_freeze() {
-    setup();
+    eight_cpu_devices();
     let d = devices();
     assert_eq!(d.len(), 8);
     assert_eq!(
@@ -47,7 +39,7 @@ fn devices_and_config_freeze() {
 
 #[test]
 fn mesh_spec_and_sharding_reprs() {
-    setup();
+    eight_cpu_devices();
     let mesh = make_mesh(&[4, 2], &["x", "y"], None).unwrap();
     assert_eq!(format!("{mesh:?}"), "Mesh(axis_sizes=(4, 2), axis_names=('x', 'y'), axis_types=(Explicit, Explicit))");
     assert_eq!(mesh.to_string(), "Mesh('x': 4, 'y': 2, axis_types=(Explicit, Explicit))");
@@ -88,7 +80,7 @@ fn host_block(cols: usize, rows: usize, index: &[Option<(usize, usize)>]) -> Vec
 
 #[test]
 fn device_put_shards_round_trip() {
-    setup();
+    eight_cpu_devices();
     let mesh = make_mesh(&[4, 2], &["x", "y"], None).unwrap();
     let x = Array::from_vec(arange(32), &[8, 4]).unwrap();
     assert!(!x.committed());
@@ -159,7 +151,7 @@ fn device_put_shards_round_trip() {
 
 #[test]
 fn reordered_devices_move_data() {
-    setup();
+    eight_cpu_devices();
     let x = Array::from_vec(arange(8), &[8]).unwrap();
     let fwd = make_mesh(&[8], &["x"], None).unwrap();
     let mut rev_devs = fwd.devices();
@@ -186,7 +178,7 @@ fn reordered_devices_move_data() {
 
 #[test]
 fn committed_arrays_place_results_and_mixing_devices_is_an_error() {
-    setup();
+    eight_cpu_devices();
     let a = device_put(&Array::scalar(1.0f32), devices()[0]).unwrap();
     let b = device_put(&Array::scalar(2.0f32), devices()[1]).unwrap();
     assert!(a.committed() && b.committed());
@@ -229,7 +221,7 @@ fn committed_arrays_place_results_and_mixing_devices_is_an_error() {
 
 #[test]
 fn ops_on_sharded_arrays_are_right_and_keep_shardings() {
-    setup();
+    eight_cpu_devices();
     let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
     let host = arange(32);
     let x = device_put(&Array::from_vec(host.clone(), &[8, 4]).unwrap(), NamedSharding::new(&mesh, P!("X", "Y")).unwrap()).unwrap();
@@ -266,7 +258,7 @@ fn ops_on_sharded_arrays_are_right_and_keep_shardings() {
 
 #[test]
 fn set_mesh_is_scoped_and_specs_use_it() {
-    setup();
+    eight_cpu_devices();
     let x = Array::from_vec(arange(8), &[8]).unwrap();
     let e = device_put(&x, P!("x")).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
@@ -289,7 +281,7 @@ fn set_mesh_is_scoped_and_specs_use_it() {
 
 #[test]
 fn devices_have_their_own_concurrent_workers() {
-    setup();
+    eight_cpu_devices();
     use jax::runtime::dispatch::{submit_on, DeviceArray};
     use jax::runtime::Buffer;
     use std::sync::mpsc::channel;
@@ -333,7 +325,7 @@ fn devices_have_their_own_concurrent_workers() {
 /// Tables copied verbatim from JAX 0.11.1 with rich (inventory §6.2 item 5).
 #[test]
 fn visualize_array_sharding_matches_jax() {
-    setup();
+    eight_cpu_devices();
     let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
     let x = Array::from_vec(arange(32), &[8, 4]).unwrap();
     let vis = |spec: PartitionSpec, a: &Array| {
@@ -474,7 +466,7 @@ fn visualize_array_sharding_matches_jax() {
 /// The placement page's examples (inventory §5.2 items 2-6).
 #[test]
 fn placement_page_examples() {
-    setup();
+    eight_cpu_devices();
     let full = make_mesh(&[8], &["x"], None).unwrap();
     assert_eq!(format!("{full:?}"), "Mesh(axis_sizes=(8,), axis_names=('x',), axis_types=(Explicit,))");
     let x = jnp::arange(4.0);

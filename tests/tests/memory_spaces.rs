@@ -7,20 +7,7 @@
 
 use jax::prelude::*;
 use jax::sharding::{Memory, MemoryKind};
-use std::sync::{Mutex, Once};
-
-fn setup() {
-    static S: Once = Once::new();
-    S.call_once(|| {
-        config::update_int("jax_num_cpu_devices", 8).expect("set before the backend starts");
-    });
-}
-
-/// Accounting checks read per-device counters: one test at a time.
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
+use jaxrepl_tests::{eight_cpu_devices, serial};
 
 fn dev(i: usize) -> Device {
     devices()[i]
@@ -32,7 +19,7 @@ fn one_device_mesh(i: usize) -> Mesh {
 
 #[test]
 fn memories_and_reprs() {
-    setup();
+    eight_cpu_devices();
     let d = dev(0);
     assert_eq!(format!("{:?}", d.addressable_memories()), "[CPU_DEVICE_0, PINNED_HOST_1, UNPINNED_HOST_2]");
     assert_eq!(format!("{:?}", d.default_memory()), "CPU_DEVICE_0");
@@ -56,8 +43,8 @@ fn memories_and_reprs() {
 
 #[test]
 fn device_put_between_kinds_moves_the_accounting() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     // Device 3 is used by no other test in this binary.
     let s_dev = NamedSharding::new(&one_device_mesh(3), P!("x")).unwrap();
     let s_host = s_dev.with_memory_kind("pinned_host").unwrap();
@@ -93,8 +80,8 @@ fn device_put_between_kinds_moves_the_accounting() {
 
 #[test]
 fn computing_on_host_arrays_gives_device_results() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     // On CPU every kind is the same RAM: JAX computes on host-kind arrays; results are in
     // device memory (inventory §15.3 item 3).
     let s_host = NamedSharding::new(&one_device_mesh(0), P!("x")).unwrap().with_memory_kind("pinned_host").unwrap();
@@ -108,8 +95,8 @@ fn computing_on_host_arrays_gives_device_results() {
 
 #[test]
 fn sharded_arrays_in_host_memory() {
-    setup();
-    let _l = lock();
+    eight_cpu_devices();
+    let _l = serial();
     let mesh = make_mesh(&[8], &["i"], None).unwrap();
     let s = NamedSharding::new(&mesh, P!("i")).unwrap().with_memory_kind("unpinned_host").unwrap();
     let before: Vec<usize> = (0..8).map(|i| dev(i).memory("unpinned_host").unwrap().bytes_in_use().0).collect();

@@ -4,16 +4,11 @@
 //! rounding), on both sides of the GEMM-runtime threshold, eager and jitted; jaxpr and
 //! lowered text; the scoped default; errors.
 //!
-//! The default precision is process-wide, so every test holds `LOCK`.
+//! The default precision is process-wide, so every test holds `serial()`.
 
 use jax::prelude::*;
-use std::sync::Mutex;
+use jaxrepl_tests::serial;
 
-static LOCK: Mutex<()> = Mutex::new(());
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Deterministic f32 values in about [-1, 1].
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -70,7 +65,7 @@ fn run(preset: &str, xa: &Array, ya: &Array) -> Vec<f64> {
 
 #[test]
 fn presets_emulate_their_formats() {
-    let _l = lock();
+    let _l = serial();
     // 6x10x5 stays on linalg loops; 64x96x48 goes through the GEMM runtime.
     for &(m, k, n) in &[(6usize, 10usize, 5usize), (64, 96, 48)] {
         let (xv, yv) = (values(m * k, 1), values(k * n, 2));
@@ -114,7 +109,7 @@ fn presets_emulate_their_formats() {
 
 #[test]
 fn bf16_output_presets_round_the_result() {
-    let _l = lock();
+    let _l = serial();
     let xa = Array::from_vec(values(24, 3), &[4, 6]).unwrap();
     let ya = Array::from_vec(values(18, 4), &[6, 3]).unwrap();
     for (p, r) in [("BF16_BF16_BF16", bf16r as fn(f32) -> f32), ("F16_F16_F16", f16r)] {
@@ -128,7 +123,7 @@ fn bf16_output_presets_round_the_result() {
 
 #[test]
 fn einsum_and_dot_general_take_precision() {
-    let _l = lock();
+    let _l = serial();
     let (xv, yv) = (values(8 * 16, 5), values(16 * 4, 6));
     let xa = Array::from_vec(xv.clone(), &[8, 16]).unwrap();
     let ya = Array::from_vec(yv.clone(), &[16, 4]).unwrap();
@@ -151,7 +146,7 @@ fn einsum_and_dot_general_take_precision() {
 
 #[test]
 fn jaxpr_prints_precision() {
-    let _l = lock();
+    let _l = serial();
     let x = jnp::ones(&[2, 2], DType::F32);
     let j = make_jaxpr(|a: Array| jnp::dot_with(&a, &a, "highest"), &x).unwrap();
     expect_test::expect![[r#"
@@ -170,7 +165,7 @@ fn jaxpr_prints_precision() {
 /// The inventory's exact jaxpr (JAX 0.10): autodiff carries the algorithm to the transposed dot.
 #[test]
 fn grad_keeps_the_algorithm() {
-    let _l = lock();
+    let _l = serial();
     let loss = |(x, w): (Array, Array)| jnp::matmul_with(&x, &w, "BF16_BF16_F32").map(|y| y.sum());
     let g = jit(grad_argnums(loss, &[1]));
     let t = g.trace((&jnp::ones(&[4, 8], DType::F32), &jnp::ones(&[8, 2], DType::F32))).unwrap();
@@ -190,7 +185,7 @@ fn grad_keeps_the_algorithm() {
 
 #[test]
 fn default_precision_is_scoped_and_lowered() {
-    let _l = lock();
+    let _l = serial();
     let f = jit(|(a, b): (Array, Array)| jnp::matmul(&a, &b));
     let (xv, yv) = (values(64 * 64, 7), values(64 * 64, 8));
     let xa = Array::from_vec(xv.clone(), &[64, 64]).unwrap();
@@ -233,7 +228,7 @@ fn default_precision_is_scoped_and_lowered() {
 
 #[test]
 fn precision_compare_table() {
-    let _l = lock();
+    let _l = serial();
     let xa = Array::from_vec(values(32 * 40, 9), &[32, 40]).unwrap();
     let ya = Array::from_vec(values(40 * 16, 10), &[40, 16]).unwrap();
     let f = jit(|(a, b): (Array, Array)| jnp::matmul(&a, &b));
@@ -252,7 +247,7 @@ fn precision_compare_table() {
 
 #[test]
 fn errors() {
-    let _l = lock();
+    let _l = serial();
     let x = jnp::ones(&[4, 4], DType::F32);
     let e = jnp::dot_with(&x, &x, "ANY_F8_ANY_F8_F32").unwrap_err();
     assert!(e.to_string().contains("The precision 'ANY_F8_ANY_F8_F32' is not supported by dot_general on CPU"), "{e}");

@@ -1,16 +1,11 @@
 //! `jax::profiler`: Chrome-trace files in JAX's layout with the engine's events,
 //! annotations, `named_scope` as MLIR locations, and what `%profile` shows.
-//! Profiles are process-wide, so the tests that record one take `ONE_PROFILE`.
+//! Profiles are process-wide, so the tests that record one take `serial()`.
 
 use jax::prelude::*;
 use std::io::Read;
-use std::sync::Mutex;
+use jaxrepl_tests::serial;
 
-static ONE_PROFILE: Mutex<()> = Mutex::new(());
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    ONE_PROFILE.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn read_gz_json(path: &std::path::Path) -> serde_json::Value {
     let mut s = String::new();
@@ -20,7 +15,7 @@ fn read_gz_json(path: &std::path::Path) -> serde_json::Value {
 
 #[test]
 fn trace_writes_chrome_json_in_jax_layout() {
-    let _g = lock();
+    let _g = serial();
     let dir = std::env::temp_dir().join(format!("jaxrepl-profile-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let f = jit(|x: Array| (x.sin() * 2.0 + 1.0).sum()).with_name("f");
@@ -68,7 +63,7 @@ fn trace_writes_chrome_json_in_jax_layout() {
 
 #[test]
 fn start_and_stop_errors_as_jax() {
-    let _g = lock();
+    let _g = serial();
     let e = profiler::stop_trace().unwrap_err();
     assert_eq!((e.ename(), e.message.as_str()), ("RuntimeError", "No profile started"));
     let dir = std::env::temp_dir().join(format!("jaxrepl-profile2-{}", std::process::id()));
@@ -106,7 +101,7 @@ fn named_scope_becomes_mlir_locations_not_equations() {
 
 #[test]
 fn profile_magic_shows_a_table_and_an_svg_timeline() {
-    let _g = lock();
+    let _g = serial();
     let f = jit(|x: Array| x.matmul(&x)).with_name("mm");
     let x = jnp::ones(&[64, 64], DType::F32);
     let view = jax::magic::profile(|| f.call(&x)).unwrap();

@@ -8,15 +8,7 @@
 
 use jax::prelude::*;
 use jax::runtime::collectives::device_header;
-use std::sync::Once;
-
-fn setup() {
-    static S: Once = Once::new();
-    S.call_once(|| {
-        config::update_int("jax_num_cpu_devices", 8).expect("set before the backend starts");
-        assert_eq!(device_count(), 8);
-    });
-}
+use jaxrepl_tests::eight_cpu_devices;
 
 /// The x of the inventory's collective examples.
 const X16: [i32; 16] = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2];
@@ -68,7 +60,7 @@ fn all_to_all_ref(blocks: &[Vec<i32>]) -> Vec<Vec<i32>> {
 
 #[test]
 fn psum_matches_reference_and_inventory() {
-    setup();
+    eight_cpu_devices();
     let m = mesh4();
     let f = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i"), P!());
     let y = f.call(jnp::array(&X16)).unwrap();
@@ -84,7 +76,7 @@ fn psum_matches_reference_and_inventory() {
 
 #[test]
 fn all_gather_tiled_and_untiled() {
-    setup();
+    eight_cpu_devices();
     let m = mesh4();
     let x = jnp::array(&[3i32, 9, 5, 2]);
     let f = shard_map(|x: Array| lax::all_gather(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
@@ -100,7 +92,7 @@ fn all_gather_tiled_and_untiled() {
 
 #[test]
 fn psum_scatter_ppermute_all_to_all() {
-    setup();
+    eight_cpu_devices();
     let m = mesh4();
     let x = jnp::array(&X16);
     let f = shard_map(|x: Array| lax::psum_scatter(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
@@ -129,7 +121,7 @@ fn psum_scatter_ppermute_all_to_all() {
 
 #[test]
 fn axis_index_and_block_shapes() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[4, 2], &["i", "j"], None).unwrap();
     let f = shard_map(
         |x: Array| -> Result<Array> {
@@ -154,7 +146,7 @@ fn axis_index_and_block_shapes() {
 
 #[test]
 fn two_dim_psums_match_inventory() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[2, 2], &["i", "j"], None).unwrap();
     let x = jnp::reshape(&jnp::arange(16), &[4, 4]).unwrap();
     let f = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i", "j"), P!(None, "j"));
@@ -168,7 +160,7 @@ fn two_dim_psums_match_inventory() {
 /// Float psum/pmean/pmax over 'j' of a 2x4 mesh against f64 references.
 #[test]
 fn float_collectives_on_2x4_mesh() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[2, 4], &["i", "j"], None).unwrap();
     let (x, host) = jaxrepl_tests::host_array(&[4, 16], 7);
     // Blocks are [2, 4]: rows split by 'i', columns by 'j'.
@@ -196,7 +188,7 @@ fn float_collectives_on_2x4_mesh() {
 /// references, eager and under jit, with bitwise-equal results between the two.
 #[test]
 fn eight_devices_eager_and_jit() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[8], &["x"], None).unwrap();
     let data: Vec<i32> = (0..64).map(|i| (i * 37 + 11) % 23 - 7).collect();
     let blocks = split(&data, 8);
@@ -247,7 +239,7 @@ fn eight_devices_eager_and_jit() {
 /// A sharded input is used shard by shard, and the body computes on its own device.
 #[test]
 fn sharded_inputs_and_body_ops() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[8], &["x"], None).unwrap();
     let x = jnp::arange(16).astype(DType::F32);
     let xs = device_put(&x, NamedSharding::new(&m, P!("x")).unwrap()).unwrap();
@@ -270,7 +262,7 @@ fn sharded_inputs_and_body_ops() {
 
 #[test]
 fn jaxpr_of_shard_map() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[2], &["i"], None).unwrap();
     let f = shard_map(|x: Array| lax::psum(&(x * 2.0), "i"), Some(&m), P!("i"), P!());
     let j = make_jaxpr(move |x: Array| f.call(x), jnp::zeros(&[6], DType::F32)).unwrap();
@@ -297,7 +289,7 @@ fn jaxpr_of_shard_map() {
 
 #[test]
 fn device_headers_match_jax() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[2], &["i"], None).unwrap();
     assert_eq!(device_header(&m, 1, &[1]), "On cpu:1 at mesh coordinates (i,) = (1,):");
     let m2 = make_mesh(&[2, 2], &["i", "j"], None).unwrap();
@@ -306,7 +298,7 @@ fn device_headers_match_jax() {
 
 #[test]
 fn check_vma_error_matches_jax() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[2], &["i"], None).unwrap();
     fn _rem_singleton(x: Array) -> Array {
         x
@@ -331,7 +323,7 @@ fn check_vma_error_matches_jax() {
 
 #[test]
 fn bad_specs_are_errors() {
-    setup();
+    eight_cpu_devices();
     let m = mesh4();
     let f = shard_map(|x: Array| x, Some(&m), P!("k"), P!("k"));
     let e = f.call(jnp::arange(8)).unwrap_err();
@@ -355,7 +347,7 @@ fn bad_specs_are_errors() {
 /// central differences of the same function evaluated at f64 on the host.
 #[test]
 fn grad_through_psum_matches_finite_differences() {
-    setup();
+    eight_cpu_devices();
     let m = make_mesh(&[4], &["i"], None).unwrap();
     let (x, xh) = jaxrepl_tests::host_array(&[8, 3], 11);
     let (w, wh) = jaxrepl_tests::host_array(&[3], 12);

@@ -6,15 +6,8 @@
 //! `with_sharding_constraint`, `reshard`, `inspect_array_sharding` inside `jit`.
 
 use jax::prelude::*;
-use std::sync::{Arc, Mutex, Once};
-
-fn setup() {
-    static S: Once = Once::new();
-    S.call_once(|| {
-        config::update_int("jax_num_cpu_devices", 8).expect("set before the backend starts");
-        assert_eq!(device_count(), 8);
-    });
-}
+use std::sync::{Arc, Mutex};
+use jaxrepl_tests::eight_cpu_devices;
 
 fn arange(n: usize) -> Vec<f32> {
     (0..n).map(|i| i as f32).collect()
@@ -42,7 +35,7 @@ fn spec_of(a: &Array) -> String {
 
 #[test]
 fn elementwise_transpose_and_broadcast_propagate() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let host = Array::from_vec(arange(32), &[8, 4]).unwrap();
     let x = put(&host, &mesh, P!("X", "Y"));
@@ -75,7 +68,7 @@ fn elementwise_transpose_and_broadcast_propagate() {
 
 #[test]
 fn reductions_over_sharded_dims_are_replicated_along_them() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let host = Array::from_vec(arange(32), &[8, 4]).unwrap();
     let x = put(&host, &mesh, P!("X", "Y"));
@@ -94,7 +87,7 @@ fn reductions_over_sharded_dims_are_replicated_along_them() {
 
 #[test]
 fn dot_general_shardings_and_errors() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     // Batch/free dims: [8@X,16] @ [16,4@Y] -> [8@X,4@Y].
     let ha = Array::from_vec(arange(128).iter().map(|v| v / 100.0).collect(), &[8, 16]).unwrap();
@@ -131,7 +124,7 @@ fn dot_general_shardings_and_errors() {
 
 #[test]
 fn illegal_and_incompatible_shardings_are_errors() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let h = Array::from_vec((0..16).collect::<Vec<i32>>(), &[4, 4]).unwrap();
     let x = put(&h, &mesh, P!("X", None));
@@ -161,7 +154,7 @@ fn illegal_and_incompatible_shardings_are_errors() {
 
 #[test]
 fn reshape_keeps_major_dim_sharding() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let host = Array::from_vec(arange(64), &[8, 8]).unwrap();
     let x = put(&host, &mesh, P!("X", None));
@@ -182,7 +175,7 @@ fn reshape_keeps_major_dim_sharding() {
 
 #[test]
 fn in_and_out_shardings_place_arguments_and_results() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let host = Array::from_vec(arange(32), &[8, 4]).unwrap();
     let f = jit(|x: Array| x.sin() * 2.0)
@@ -212,7 +205,7 @@ fn in_and_out_shardings_place_arguments_and_results() {
 
 #[test]
 fn with_sharding_constraint_and_reshard() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let _g = set_mesh(&mesh);
     let host = Array::from_vec(arange(32), &[8, 4]).unwrap();
@@ -230,7 +223,7 @@ fn with_sharding_constraint_and_reshard() {
 
 #[test]
 fn inspect_array_sharding_inside_jit() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let seen: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(vec![]));
     let s2 = seen.clone();
@@ -263,7 +256,7 @@ fn inspect_array_sharding_inside_jit() {
 /// order (white text on dark colours), HTML with per-device bytes; `%mesh`'s grid.
 #[test]
 fn sharding_and_mesh_views() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let x = put(&Array::from_vec(arange(32), &[8, 4]).unwrap(), &mesh, P!("X", "Y"));
     let v = jax::magic::sharding(&x).unwrap();
@@ -306,7 +299,7 @@ fn sharding_and_mesh_views() {
 /// The lowered text shows JAX's Shardy annotations; the compiled text names its path.
 #[test]
 fn lowered_text_shows_shardings() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let x = put(&Array::from_vec(arange(32), &[8, 4]).unwrap(), &mesh, P!("X", "Y"));
     let f = jit(|x: Array| jnp::sum(&x, Some(&[0])).unwrap()).with_name("f");
@@ -331,7 +324,7 @@ fn lowered_text_shows_shardings() {
 /// single-device run; a chain of such calls stays partitioned.
 #[test]
 fn shard_local_programs_are_partitioned() {
-    setup();
+    eight_cpu_devices();
     let mesh = mesh42();
     let host = Array::from_vec(arange(64).iter().map(|v| v / 10.0).collect(), &[8, 8]).unwrap();
     let x = put(&host, &mesh, P!("X", "Y"));

@@ -4,12 +4,7 @@
 //! test here holds one lock.
 
 use jax::prelude::*;
-use std::sync::{Mutex, MutexGuard};
-
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
+use jaxrepl_tests::serial;
 
 const STEPS: usize = 300;
 
@@ -29,7 +24,7 @@ fn line_of(marker: &str) -> usize {
 
 #[test]
 fn eqn_counts_per_line_and_unrolled_loop_warning() {
-    let _l = lock();
+    let _l = serial();
     let x = jnp::zeros(&[4], DType::F32);
     let before = jax::transform::jit::warnings_issued().len();
     let f = jit(unrolled);
@@ -61,7 +56,7 @@ fn eqn_counts_per_line_and_unrolled_loop_warning() {
 
 #[test]
 fn dump_ir_writes_one_file_per_stage() {
-    let _l = lock();
+    let _l = serial();
     let dir = std::env::temp_dir().join(format!("jaxrepl-dump-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     config::update_str("jax_dump_ir_to", dir.to_str().unwrap()).unwrap();
@@ -93,7 +88,7 @@ fn dump_ir_writes_one_file_per_stage() {
 
 #[test]
 fn explain_gives_one_verdict_line_per_call_with_the_redefinition_hint() {
-    let _l = lock();
+    let _l = serial();
     jax::transform::explain::clear();
     let x = jnp::arange(3.0);
     for _ in 0..2 {

@@ -72,39 +72,70 @@ pub(crate) fn finish() -> Result<(), Error> {
     FAILURE.with(|f| f.borrow_mut().take()).map_or(Ok(()), Err)
 }
 
+/// A ranked memref descriptor `[allocated, aligned, offset, sizes[rank], strides[rank]]`
+/// (MLIR's C ABI, in i64 words) decoded: the aligned base, offset and strides in
+/// elements, sizes.
+struct MemrefView<'a> {
+    base: *mut u8,
+    offset: isize,
+    sizes: Vec<usize>,
+    strides: &'a [i64],
+}
+
+impl MemrefView<'_> {
+    /// # Safety
+    /// `desc` must point to a ranked memref descriptor of `rank` dims.
+    unsafe fn new<'a>(rank: i64, desc: *const i64) -> MemrefView<'a> {
+        let r = rank.max(0) as usize;
+        // SAFETY: the descriptor has 3 + 2*rank words (caller's contract).
+        let words = unsafe { std::slice::from_raw_parts(desc, 3 + 2 * r) };
+        MemrefView {
+            base: words[1] as *mut u8,
+            offset: words[2] as isize,
+            sizes: words[3..3 + r].iter().map(|&s| s.max(0) as usize).collect(),
+            strides: &words[3 + r..3 + 2 * r],
+        }
+    }
+
+    /// Calls `f(k, element)` for each element in row-major order (`k` its row-major index,
+    /// `element` a pointer to its `es` bytes), following the strides.
+    ///
+    /// # Safety
+    /// The memref's data must be valid for the strided walk.
+    unsafe fn for_each(&self, es: usize, mut f: impl FnMut(usize, *mut u8)) {
+        let r = self.sizes.len();
+        let n: usize = self.sizes.iter().product();
+        let mut idx = vec![0usize; r];
+        for k in 0..n {
+            let mut lin = self.offset;
+            for d in 0..r {
+                lin += idx[d] as isize * self.strides[d] as isize;
+            }
+            // SAFETY: (offset + sum idx*stride) is inside the memref's data.
+            f(k, unsafe { self.base.offset(lin * es as isize) });
+            for d in (0..r).rev() {
+                idx[d] += 1;
+                if idx[d] < self.sizes[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
 /// Copies the memref described by (`rank`, `desc`) of element type `dtype` into a Buffer.
 ///
 /// # Safety
 /// `desc` must point to a ranked memref descriptor of `rank` dims whose data is valid.
 unsafe fn read_memref(dtype: DType, rank: i64, desc: *const i64) -> Buffer {
-    let r = rank.max(0) as usize;
-    // SAFETY: the descriptor has 3 + 2*rank words (caller's contract).
-    let words = unsafe { std::slice::from_raw_parts(desc, 3 + 2 * r) };
-    let base = words[1] as *const u8;
-    let offset = words[2] as isize;
-    let sizes: Vec<usize> = words[3..3 + r].iter().map(|&s| s.max(0) as usize).collect();
-    let strides = &words[3 + r..3 + 2 * r];
-    let mut buf = Buffer::zeros(&ShapedArray::new(&sizes, dtype));
-    let n: usize = sizes.iter().product();
+    // SAFETY: caller's contract.
+    let m = unsafe { MemrefView::new(rank, desc) };
+    let mut buf = Buffer::zeros(&ShapedArray::new(&m.sizes, dtype));
     let es = dtype.size_bytes();
     let out = buf.bytes_mut();
-    let mut idx = vec![0usize; r];
-    for k in 0..n {
-        let mut lin = offset;
-        for d in 0..r {
-            lin += idx[d] as isize * strides[d] as isize;
-        }
-        // SAFETY: (offset + sum idx*stride) is inside the memref's data.
-        let src = unsafe { std::slice::from_raw_parts(base.offset(lin * es as isize), es) };
-        out[k * es..(k + 1) * es].copy_from_slice(src);
-        for d in (0..r).rev() {
-            idx[d] += 1;
-            if idx[d] < sizes[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    // SAFETY: caller's contract; each element has `es` readable bytes.
+    unsafe { m.for_each(es, |k, src| out[k * es..(k + 1) * es].copy_from_slice(std::slice::from_raw_parts(src, es))) };
     if dtype == DType::Bool {
         for b in out.iter_mut() {
             *b &= 1;
@@ -119,36 +150,15 @@ unsafe fn read_memref(dtype: DType, rank: i64, desc: *const i64) -> Buffer {
 /// # Safety
 /// `desc` must point to a ranked memref descriptor of `rank` dims whose data is writable.
 unsafe fn write_memref(dtype: DType, rank: i64, desc: *const i64, src: &Buffer) {
-    let r = rank.max(0) as usize;
-    // SAFETY: the descriptor has 3 + 2*rank words (caller's contract).
-    let words = unsafe { std::slice::from_raw_parts(desc, 3 + 2 * r) };
-    let base = words[1] as *mut u8;
-    let offset = words[2] as isize;
-    let sizes: Vec<usize> = words[3..3 + r].iter().map(|&s| s.max(0) as usize).collect();
-    let strides = &words[3 + r..3 + 2 * r];
-    if src.shape() != sizes.as_slice() || src.aval().dtype != dtype {
+    // SAFETY: caller's contract.
+    let m = unsafe { MemrefView::new(rank, desc) };
+    if src.shape() != m.sizes.as_slice() || src.aval().dtype != dtype {
         return;
     }
-    let n: usize = sizes.iter().product();
     let es = dtype.size_bytes();
     let bytes = src.bytes();
-    let mut idx = vec![0usize; r];
-    for k in 0..n {
-        let mut lin = offset;
-        for d in 0..r {
-            lin += idx[d] as isize * strides[d] as isize;
-        }
-        // SAFETY: (offset + sum idx*stride) is inside the memref's data.
-        let dst = unsafe { std::slice::from_raw_parts_mut(base.offset(lin * es as isize), es) };
-        dst.copy_from_slice(&bytes[k * es..(k + 1) * es]);
-        for d in (0..r).rev() {
-            idx[d] += 1;
-            if idx[d] < sizes[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    // SAFETY: caller's contract; each element has `es` writable bytes.
+    unsafe { m.for_each(es, |k, dst| std::slice::from_raw_parts_mut(dst, es).copy_from_slice(&bytes[k * es..(k + 1) * es])) };
 }
 
 fn result(dtype: DType, id: i64, index: i64, rank: i64, desc: *const i64) {

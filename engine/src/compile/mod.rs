@@ -429,13 +429,17 @@ pub(crate) fn load_executable(module: &LoweredModule, aliases: Vec<Option<usize>
     })
 }
 
+/// The symbol name of `module @jit_f ...` (`jit_f`); empty for an unnamed module.
+pub(crate) fn module_symbol(text: &str) -> &str {
+    text.split_once("module @")
+        .map(|(_, r)| r.split(|c: char| c.is_whitespace() || c == '{').next().unwrap_or(""))
+        .unwrap_or("")
+}
+
 /// `jit(f)` for a module `module @jit_f ...` (the name as `%profile`, the memory
 /// profile and compile progress lines show it).
 pub fn display_name(text: &str) -> String {
-    let name = text
-        .split_once("module @")
-        .map(|(_, r)| r.split(|c: char| c.is_whitespace() || c == '{').next().unwrap_or(""))
-        .unwrap_or("");
+    let name = module_symbol(text);
     match name.strip_prefix("jit_") {
         Some(n) => format!("jit({n})"),
         None if name.is_empty() => "jit(main)".to_string(),

@@ -91,12 +91,10 @@ pub(crate) fn pending(m: &LoweredModule, opt_level: u8) -> Option<Pending> {
     if dir.trim().is_empty() {
         return None;
     }
-    let name = m
-        .text
-        .split_once("module @")
-        .map(|(_, r)| r.split(|c: char| c.is_whitespace() || c == '{').next().unwrap_or("").to_string())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "jit_main".into());
+    let name = match super::module_symbol(&m.text) {
+        "" => "jit_main".to_string(),
+        n => n.to_string(),
+    };
     let mut h = blake3::Hasher::new();
     for part in [
         "jaxrepl persistent compilation cache",

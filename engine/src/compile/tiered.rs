@@ -264,8 +264,6 @@ fn light(module: &LoweredModule) -> bool {
 ///
 /// Errors: as `compile` (of the first tier; a failing second tier only leaves the first
 /// running, with `Executable::upgrade_error` set).
-// `<=`: stays right should the first tier's level be raised above 0.
-#[allow(clippy::absurd_extreme_comparisons)]
 pub fn compile_tiered(module: &LoweredModule, opts: &CompileOptions) -> Result<Executable, Error> {
     compile_persistent_tiered(module, opts, None).map(|(e, _)| e)
 }

@@ -234,8 +234,9 @@ impl ShardingView {
     }
 }
 
+/// `html_escape`, plus `"` (the text may land in an attribute).
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    crate::display::html_escape(s).replace('"', "&quot;")
 }
 
 /// Python's `divmod` for integers (floor division).

@@ -92,7 +92,9 @@ fn check_axes(axes: &AxisNames) -> Result<Vec<String>> {
     Ok(axes.0.clone())
 }
 
-fn coll(c: Collective, x: &Array) -> Result<Array> {
+/// Binds the collective `c` on `x` (one result).
+#[track_caller]
+pub(crate) fn coll(c: Collective, x: &Array) -> Result<Array> {
     bind1(Primitive::Collective(c), vec![Operand::Array(x.clone())])
 }
 
@@ -187,8 +189,7 @@ pub fn all_to_all(x: &Array, axis_name: impl Into<AxisNames>, split_axis: usize,
 #[track_caller]
 pub fn axis_index(axis_name: impl Into<AxisNames>) -> Result<Array> {
     let axes = check_axes(&axis_name.into())?;
-    let mut outs = crate::trace::bind(Primitive::Collective(Collective::AxisIndex { axes }), vec![], std::panic::Location::caller())?;
-    outs.pop().ok_or_else(|| Error::runtime("axis_index produced no output"))
+    bind1(Primitive::Collective(Collective::AxisIndex { axes }), vec![])
 }
 
 /// `jax.lax.axis_size(axis_name)`: the number of devices along the axes (a Rust number).

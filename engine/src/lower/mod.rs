@@ -285,7 +285,8 @@ impl Lowerer {
         }
         let folded = fold_dot_transposes(j);
         let eqns = folded.as_deref().unwrap_or(&j.eqns);
-        let next_id = j.invars.iter().chain(&j.constvars).chain(eqns.iter().flat_map(|e| &e.outputs)).map(|v| v.id + 1).max().unwrap_or(0);
+        // Fresh ids for the clones: the folded dots reuse the jaxpr's ids.
+        let next_id = crate::lax::control::max_id(j) + 1;
         let recomputed = recompute::recompute_producers(eqns, &j.outvars, next_id);
         let eqns = recomputed.as_deref().unwrap_or(eqns);
         // A `pure_callback` whose results are unused is dead code (JAX's DCE): not called.

@@ -267,12 +267,11 @@ fn compute(c: &Collective, run: &MeshRun, members: &[usize], pos: usize, n: usiz
             }
             Ok(shared)
         }
-        Collective::ReduceScatter { scatter_dimension: d, tiled, .. } => {
+        Collective::ReduceScatter { scatter_dimension: d, .. } => {
             let shape = x.shape();
             let outer: usize = shape[..*d].iter().product();
             let inner: usize = shape[*d + 1..].iter().product();
             let blk = shape[*d] / n * inner; // elements of one block per outer row
-            let _ = tiled;
             let res = fresh(out)?;
             let rp = res.as_ptr();
             for o in 0..outer {

@@ -86,21 +86,8 @@ fn register(e: Entry) -> CallbackId {
 
 /// The name of a Rust function type as a callback name: the last path segment of a
 /// function item (`host_sin`), `<closure>` for a closure.
-fn callback_name<F>() -> String {
-    let full = std::any::type_name::<F>();
-    if full.contains("{{closure}}") {
-        return "<closure>".into();
-    }
-    let base = full.split('<').next().unwrap_or(full);
-    base.rsplit("::").next().unwrap_or(base).to_string()
-}
-
-fn py_shape(s: &[usize]) -> String {
-    match s.len() {
-        0 => "()".into(),
-        1 => format!("({},)", s[0]),
-        _ => format!("({})", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
-    }
+pub(super) fn callback_name<F>() -> String {
+    super::item_name::<F>().unwrap_or_else(|| "<closure>".into())
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -134,8 +121,8 @@ fn run_host(e: &Entry, args: &[Array]) -> Result<Vec<Array>> {
         if got.shape != want.shape {
             return Err(failed(format!(
                 "Incorrect output shape for return value #{i}: Expected: {}, Actual: {}",
-                py_shape(&want.shape),
-                py_shape(&got.shape)
+                crate::lax::py_shape(&want.shape),
+                crate::lax::py_shape(&got.shape)
             )));
         }
         if got.dtype != want.dtype {

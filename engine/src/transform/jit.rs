@@ -145,6 +145,11 @@ pub struct CacheEntry {
     /// Whether calls with ready inputs may run synchronously on the calling thread
     /// (`sync_ok`).
     pub sync: bool,
+    /// Whether the jaxpr (or a nested one) has effects (`Jaxpr::has_effects`).
+    pub has_effects: bool,
+    /// Whether the jaxpr (or a nested one) holds a `shard_map`: such calls run equation by
+    /// equation (`Jitted::call_shard_map`).
+    pub has_shard_map: bool,
     /// `jax_default_matmul_precision` when traced: part of the cache key, and in effect
     /// while this entry is lowered.
     pub matmul_precision: Option<crate::ir::DotPrecision>,
@@ -209,11 +214,7 @@ fn definition_sites() -> &'static Mutex<HashMap<SourceInfo, u64>> {
 }
 
 fn default_name<F>() -> String {
-    let t = std::any::type_name::<F>();
-    if t.contains("{{closure}}") {
-        return "f".to_string();
-    }
-    t.rsplit("::").next().unwrap_or("f").to_string()
+    super::item_name::<F>().unwrap_or_else(|| "f".to_string())
 }
 
 /// Wraps `f` for tracing and compilation (JAX's `jax.jit`). `f` takes one pytree
@@ -410,7 +411,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         }
         let _span = crate::profiler::span("jit", || format!("PjitFunction({})", self.inner.name));
         let (entry, traced_now) = self.lookup_or_trace(&flat, loc)?;
-        if crate::transform::shard_map::contains_shard_map(&entry.jaxpr.jaxpr) {
+        if entry.has_shard_map {
             // shard_map (issue 6): equation by equation; its body runs per device.
             return self.call_shard_map(&entry, &flat);
         }
@@ -438,7 +439,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             &self.inner.name,
             |i| format!("args[{i}]"),
         )?;
-        if place.mesh().is_none() && entry.jaxpr.jaxpr.has_effects() {
+        if place.mesh().is_none() && entry.has_effects {
             crate::sharding_rules::inspect_unsharded(&entry.jaxpr.jaxpr, place.placement.device);
         }
         let mut partitioned = None;
@@ -476,7 +477,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             }).collect();
             crate::debug::nans::check_jit(&self.inner.name, &entry.jaxpr, &inputs, &outs).map_err(|e| e.at(Some(source_info(loc))))?;
         }
-        if !entry.sync && entry.jaxpr.jaxpr.has_effects() {
+        if !entry.sync && entry.has_effects {
             for o in &outs {
                 o.block_until_ready()?;
             }
@@ -560,6 +561,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let (jaxpr, out_statics, out_tree) = self.trace_flat(flat, &sig)?;
         drop(span);
         let sync = sync_ok(&jaxpr.jaxpr);
+        let has_effects = jaxpr.jaxpr.has_effects();
+        let has_shard_map = crate::transform::shard_map::contains_shard_map(&jaxpr.jaxpr);
         let entry = Arc::new(CacheEntry {
             jaxpr,
             out_statics,
@@ -568,6 +571,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             trace_secs: t0.elapsed().as_secs_f64(),
             compiled: OnceLock::new(),
             sync,
+            has_effects,
+            has_shard_map,
             matmul_precision: crate::lax::precision::default_matmul_precision(),
             xla_metadata: crate::trace::metadata::current_metadata(),
         });

@@ -27,3 +27,15 @@ pub mod control_ad;
 pub mod custom;
 pub mod shard_map;
 pub use shard_map::{shard_map, shard_map_with, ShardMapped, Specs};
+
+/// The item name of a function type `F` as JAX prints a Python function's `__name__`: the
+/// last path segment of a `fn` item, without generic arguments (`my_fn`); `None` for a
+/// closure (callers choose JAX's spelling: `f` in `jit(f)`, `<closure>` for callbacks).
+pub(crate) fn item_name<F>() -> Option<String> {
+    let full = std::any::type_name::<F>();
+    if full.contains("{{closure}}") {
+        return None;
+    }
+    let base = full.split('<').next().unwrap_or(full);
+    Some(base.rsplit("::").next().unwrap_or(base).to_string())
+}

@@ -120,7 +120,7 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
     let loc = Location::caller();
     let mesh = mesh.cloned();
     let (in_specs, out_specs) = (in_specs.into(), out_specs.into());
-    let name = fn_name::<F>();
+    let name = super::callbacks::callback_name::<F>();
     let run = move |a: A| -> Result<O::Out> {
         let mesh = mesh.clone().or_else(get_mesh).ok_or_else(|| {
             Error::value_error(format!(
@@ -181,15 +181,6 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
         unflatten_like::<O::Out>(&out_flat.treedef, results, out_flat.statics)
     };
     ShardMapped { f: Arc::new(run) }
-}
-
-/// The name JAX would print for `F`: the item name of a `fn`, `<closure>` for a closure.
-fn fn_name<F>() -> String {
-    let t = std::any::type_name::<F>();
-    if t.contains("{{closure}}") {
-        return "<closure>".into();
-    }
-    t.rsplit("::").next().unwrap_or("f").to_string()
 }
 
 /// `specs` for `n` leaves: one per leaf, or one repeated.
@@ -494,7 +485,7 @@ pub(crate) fn collective_jvp(c: &Collective, t: &Array) -> Result<Array> {
         Collective::Pmax { .. } | Collective::Pmin { .. } => {
             Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", c.name())))
         }
-        _ => one(bind(Primitive::Collective(c.clone()), vec![Operand::Array(t.clone())], Location::caller())?),
+        _ => crate::lax::parallel::coll(c.clone(), t),
     }
 }
 
@@ -519,11 +510,7 @@ pub(crate) fn collective_vjp(c: &Collective, ct: &Array) -> Result<Array> {
             return Err(Error::type_error(format!("Differentiation rule for '{}' not implemented", c.name())))
         }
     };
-    one(bind(Primitive::Collective(t), vec![Operand::Array(ct.clone())], Location::caller())?)
-}
-
-fn one(mut v: Vec<Array>) -> Result<Array> {
-    v.pop().ok_or_else(|| Error::runtime("internal: collective without result"))
+    crate::lax::parallel::coll(t, ct)
 }
 
 fn zeros_of(a: &ShapedArray) -> Result<Array> {

@@ -701,23 +701,31 @@ fn child_mlp_grad_rss() -> jax::Result<Value> {
     Ok(json!({"calls": calls, "vmhwm_before_kib": before, "vmhwm_kib": status_kib("VmHWM:"), "vmrss_kib": status_kib("VmRSS:")}))
 }
 
+/// Runs this binary again with `args` (a `--child` workload that needs a process of its
+/// own: a fresh peak RSS, or devices configured before the backend starts) and parses the
+/// JSON it prints. Errors: the child could not start, failed (its last stderr line), or
+/// printed no JSON.
+fn run_child(args: &[&str]) -> jax::Result<Value> {
+    let exe = std::env::current_exe().map_err(|e| jax::Error::value_error(e.to_string()))?;
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .output()
+        .map_err(|e| jax::Error::value_error(format!("cannot start the child process: {e}")))?;
+    if !out.status.success() {
+        return Err(jax::Error::value_error(format!(
+            "child process failed ({}): {}",
+            out.status,
+            first_line(String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""))
+        )));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| jax::Error::value_error(e.to_string()))
+}
+
 fn part_memory(o: &Opts) -> Part {
     let _ = o;
     let mut part = Part::default();
     part.run(&["mlp_grad_peak_rss", "mlp_grad_rss_growth"], |p| {
-        let exe = std::env::current_exe().map_err(|e| jax::Error::value_error(e.to_string()))?;
-        let out = std::process::Command::new(exe)
-            .args(["--child", "mlp_grad_rss"])
-            .output()
-            .map_err(|e| jax::Error::value_error(format!("cannot start the child process: {e}")))?;
-        if !out.status.success() {
-            return Err(jax::Error::value_error(format!(
-                "child process failed ({}): {}",
-                out.status,
-                first_line(String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""))
-            )));
-        }
-        let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| jax::Error::value_error(e.to_string()))?;
+        let v = run_child(&["--child", "mlp_grad_rss"])?;
         let hwm = v["vmhwm_kib"].as_f64().unwrap_or(f64::NAN);
         let before = v["vmhwm_before_kib"].as_f64().unwrap_or(f64::NAN);
         let mut m = value_metric("peak RSS (VmHWM) of a process running the MLP grad benchmark", hwm / 1024.0, "MiB");
@@ -775,14 +783,19 @@ fn child_multidevice() -> jax::Result<Value> {
         let m = mesh.clone();
         jit(move |b: Array| shard_map(|b: Array| lax::psum(&b, "i"), Some(&m), P!("i"), P!()).call(b))
     };
+    // Each repetition a fresh jit with the executable cache cleared (as `compile_workload`),
+    // so a first call is a trace, a compile and a run, not a cache hit.
     let mut firsts = vec![];
-    let mut f = make();
+    let mut last = None;
     for _ in 0..o.compile_reps {
-        f = make();
+        clear_executable_cache();
+        let f = make();
         let t0 = Instant::now();
         block_until_ready(f.call(&xs)?)?;
         firsts.push(t0.elapsed().as_secs_f64());
+        last = Some(f);
     }
+    let f = last.unwrap_or_else(make);
     let mut metrics = Map::new();
     metrics.insert("shard_map_psum/first_call".into(), Value::Object(metric("shard_map psum: first call (trace+compile+run)", &firsts, "ms", None)));
     let (s, inner, _) = bench(&o, 0.1, 1, || block_until_ready(f.call(&xs)?).map(|_| ()))?;
@@ -800,23 +813,11 @@ fn child_multidevice() -> jax::Result<Value> {
 fn part_multidevice(o: &Opts) -> Part {
     let mut part = Part::default();
     part.run(&["shard_map_psum", "shard_map_psum/first_call"], |p| {
-        let exe = std::env::current_exe().map_err(|e| jax::Error::value_error(e.to_string()))?;
         let mut args = vec!["--child", "multidevice"];
         if o.cap_s < 3.0 {
             args.push("--quick");
         }
-        let out = std::process::Command::new(exe)
-            .args(&args)
-            .output()
-            .map_err(|e| jax::Error::value_error(format!("cannot start the child process: {e}")))?;
-        if !out.status.success() {
-            return Err(jax::Error::value_error(format!(
-                "child process failed ({}): {}",
-                out.status,
-                first_line(String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""))
-            )));
-        }
-        let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| jax::Error::value_error(e.to_string()))?;
+        let v = run_child(&args)?;
         if let Some(ms) = v["metrics"].as_object() {
             for (k, m) in ms {
                 if let Some(m) = m.as_object() {
