@@ -68,8 +68,23 @@ macro_rules! debug_breakpoint {
 /// Marks a stdout line that asks the front end for one line of input (the rest is the prompt).
 pub const INPUT_MARK: &str = "\u{1}jaxrepl-input:";
 
+/// The session's input FIFO, opened once for the life of the process, read *and* write
+/// (Linux allows that on a FIFO): the open never blocks, a read never sees end of file
+/// when a front end's writer closes, and an answer written while no prompt is reading
+/// stays in the pipe for the next one. Reopening it per prompt raced: a reader opened
+/// while the previous answer's writer was still open read end-of-file, an empty
+/// command, and asked again.
+fn session_fifo(path: &std::ffi::OsStr) -> Option<&'static Mutex<std::io::BufReader<std::fs::File>>> {
+    static FIFO: std::sync::OnceLock<Option<Mutex<std::io::BufReader<std::fs::File>>>> = std::sync::OnceLock::new();
+    FIFO.get_or_init(|| {
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(path).ok()?;
+        Some(Mutex::new(std::io::BufReader::new(f)))
+    })
+    .as_ref()
+}
+
 fn session_io() -> Option<Io> {
-    let fifo = std::env::var_os("JAXREPL_INPUT_FIFO")?;
+    let fifo = session_fifo(&std::env::var_os("JAXREPL_INPUT_FIFO")?)?;
     Some(Io {
         read_line: Box::new(move |prompt: &str| {
             {
@@ -78,9 +93,12 @@ fn session_io() -> Option<Io> {
                 let _ = out.flush();
             }
             let mut s = String::new();
-            let f = std::fs::File::open(&fifo).ok()?;
-            std::io::BufReader::new(f).read_line(&mut s).ok()?;
-            (!s.starts_with('\u{4}')).then_some(s)
+            let mut reader = fifo.lock().unwrap_or_else(|e| e.into_inner());
+            // Blocks until the front end writes a whole line (`\u{4}`: end of input).
+            match reader.read_line(&mut s) {
+                Ok(n) if n > 0 && !s.starts_with('\u{4}') => Some(s),
+                _ => None,
+            }
         }),
         out: Box::new(std::io::stdout()),
     })

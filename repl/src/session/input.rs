@@ -38,7 +38,8 @@ pub fn request_prompt(out: &Output) -> Option<String> {
 }
 
 /// Writes `answer` (one line; `None`: end of input) into the FIFO as soon as the child
-/// has opened it for reading (it does right after asking); gives up after 5 s.
+/// has opened it (at its first request; it then keeps it open, read-write, for its whole
+/// life, so no answer is lost between two requests); gives up after 5 s.
 pub fn answer(fifo: &Path, answer: Option<String>) {
     let text = match answer {
         Some(s) => format!("{}\n", s.trim_end_matches(['\n', '\r'])),
