@@ -151,6 +151,68 @@ pub fn run_pipeline(ctx: &Context, module: &mut Module, pipeline: &str, diags: &
     }
 }
 
+/// What [`allow_fp_contraction`] does, for the persistent cache key (a change to it must
+/// not load objects compiled without it).
+pub const FP_CONTRACTION: &str = "fastmath<contract> on llvm.fadd/fsub/fmul";
+
+/// Allows LLVM to fuse a floating-point multiply with a dependent add or subtract into one
+/// fused multiply-add (one rounding instead of two): sets `#llvm.fastmath<contract>` on
+/// every `llvm.fadd`, `llvm.fsub` and `llvm.fmul` of the LLVM-dialect module `m`, as XLA's
+/// CPU backend allows FMA fusion for all code (`llvm::FPOpFusion::Fast` in its target
+/// options). Only contraction: no reassociation, NaN or infinity assumptions. Run after the
+/// lowering to the LLVM dialect, so that the lowered and optimised MLIR texts are unchanged.
+/// Measured (bench `loops`, 2 cores): a `while_loop` whose body is `c * 0.999 + 1e-3` runs
+/// its serial chain as one `vfmadd` per iteration.
+pub fn allow_fp_contraction(ctx: &melior::Context, m: &Module) {
+    struct Walk {
+        ctx: mlir_sys::MlirContext,
+        contract: MlirAttribute,
+    }
+    unsafe extern "C" fn print_to(s: MlirStringRef, data: *mut c_void) {
+        // SAFETY: `data` is the `String` passed by `attribute_text`; `s` is valid for the call.
+        unsafe { (*(data as *mut String)).push_str(&String::from_utf8_lossy(std::slice::from_raw_parts(s.data as *const u8, s.length))) }
+    }
+    unsafe extern "C" fn visit(op: MlirOperation, data: *mut c_void) -> MlirWalkResult {
+        // SAFETY: `data` is the `Walk` passed below, alive for the walk; `op` is valid
+        // during the callback.
+        unsafe {
+            let w = &*(data as *const Walk);
+            let name = mlirIdentifierStr(mlirOperationGetName(op));
+            let name = std::slice::from_raw_parts(name.data as *const u8, name.length);
+            if matches!(name, b"llvm.fadd" | b"llvm.fsub" | b"llvm.fmul") {
+                let old = mlirOperationGetAttributeByName(op, sref("fastmathFlags"));
+                let mut text = String::new();
+                if !old.ptr.is_null() {
+                    mlirAttributePrint(old, Some(print_to), &mut text as *mut String as *mut c_void);
+                }
+                // Keep flags the lowering set (`reassoc` on reductions): add `contract`.
+                let new = if old.ptr.is_null() || text == "#llvm.fastmath<none>" {
+                    w.contract
+                } else if text.contains("contract") || text.contains("fast>") || !text.ends_with('>') {
+                    return MlirWalkResult_MlirWalkResultAdvance;
+                } else {
+                    let merged = format!("{}, contract>", &text[..text.len() - 1]);
+                    mlirAttributeParseGet(w.ctx, sref(&merged))
+                };
+                if !new.ptr.is_null() {
+                    mlirOperationSetAttributeByName(op, sref("fastmathFlags"), new);
+                }
+            }
+        }
+        MlirWalkResult_MlirWalkResultAdvance
+    }
+    // SAFETY: `ctx` and `m` are valid and used under the context lock (module docs); the
+    // attribute text is a valid LLVM-dialect attribute, checked for null.
+    unsafe {
+        let contract = mlirAttributeParseGet(ctx.to_raw(), sref("#llvm.fastmath<contract>"));
+        if contract.ptr.is_null() {
+            return;
+        }
+        let mut w = Walk { ctx: ctx.to_raw(), contract };
+        mlirOperationWalk(m.as_operation().to_raw(), Some(visit), &mut w as *mut Walk as *mut c_void, MlirWalkOrder_MlirWalkPostOrder);
+    }
+}
+
 fn sref(s: &str) -> MlirStringRef {
     MlirStringRef { data: s.as_ptr() as *const _, length: s.len() }
 }

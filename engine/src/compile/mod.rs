@@ -323,6 +323,7 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         run_pipeline(ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
         run_pipeline(ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
     }
+    context::allow_fp_contraction(ctx, &m);
     t.passes = t1.elapsed().as_secs_f64();
 
     let t2 = Instant::now();
@@ -663,6 +664,7 @@ impl Executable {
         let mut m = Module::parse(&guard.ctx, &self.src).ok_or_else(|| diags.error("the lowered module does not parse"))?;
         run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
         run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
+        context::allow_fp_contraction(&guard.ctx, &m);
         f(&m, &diags)
     }
     /// Seconds spent in each compile step (of the first tier for a tiered executable).

@@ -105,6 +105,8 @@ pub(crate) fn pending(m: &LoweredModule, opt_level: u8) -> Option<Pending> {
         super::parallel::PIPELINE_FUSE,
         super::parallel::PIPELINE_PAR_TO_LOOPS,
         super::parallel::PIPELINE_PAR_TO_LLVM,
+        super::context::FP_CONTRACTION,
+        super::vector_width_attr(),
         super::ENTRY,
     ] {
         h.update(part.as_bytes());

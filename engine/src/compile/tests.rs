@@ -394,3 +394,25 @@ fn nested_large_constant_and_odd_names() {
     let want: Vec<i32> = data.iter().map(|v| 2 * v * v).collect();
     assert_eq!(out[0].as_slice::<i32>().unwrap(), want.as_slice());
 }
+
+/// `x * y + z` contracts into one fused multiply-add (one rounding), as XLA:CPU allows:
+/// with x = y = 1 + 2⁻¹² and z = −(1 + 2⁻¹¹) the exact result is 2⁻²⁴; rounding the
+/// product to f32 first (1 + 2⁻¹¹, a tie to even) would give 0.
+#[test]
+fn multiply_add_contracts_into_fma() {
+    use crate::ir::Primitive;
+    use crate::lower::tests::Builder;
+    let mut b = Builder::new();
+    let (x, y, z) = (b.arg(&[8], DType::F32), b.arg(&[8], DType::F32), b.arg(&[8], DType::F32));
+    let p = b.op(Primitive::Mul, &[x, y], &[8], DType::F32);
+    let s = b.op(Primitive::Add, &[p, z], &[8], DType::F32);
+    let exe = compile_jaxpr(&b.finish(&[s]));
+    let xv = 1.0f32 + 2f32.powi(-12);
+    let zv = -(1.0f32 + 2f32.powi(-11));
+    let out = exe.execute(&[&buf(&[8], DType::F32, &[xv; 8]), &buf(&[8], DType::F32, &[xv; 8]), &buf(&[8], DType::F32, &[zv; 8])]).unwrap();
+    let exact = (xv as f64) * (xv as f64) + zv as f64;
+    assert_eq!(exact, 2f64.powi(-24));
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), &[exact as f32; 8]);
+    let ll = exe.llvm_ir().unwrap();
+    assert!(ll.contains("fmul contract") && ll.contains("fadd contract"), "{ll}");
+}
