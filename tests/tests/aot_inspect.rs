@@ -115,7 +115,11 @@ fn diff_passes_shows_what_each_pass_changed() {
     // Every pass of both pipelines ran, in order.
     let mut all = jax::compile::split_pipeline(jax::compile::context::PIPELINE_TO_LOOPS);
     all.extend(jax::compile::split_pipeline(jax::compile::context::PIPELINE_TO_LLVM));
+    // Then the compile's own step on the LLVM dialect: FMA contraction allowed.
+    all.push("allow-fp-contraction".to_string());
     assert_eq!(names, all.iter().map(String::as_str).collect::<Vec<_>>());
+    let contract = d.0.last().unwrap();
+    assert!(contract.diff.lines().any(|l| l.starts_with('+') && l.contains("llvm.fmul") && l.contains("contract")), "{}", contract.diff);
     // Bufferization turns tensors into memrefs; the diff says so.
     let buf = d.0.iter().find(|p| p.pass.starts_with("one-shot-bufferize")).unwrap();
     assert!(buf.diff.contains("--- before") && buf.diff.contains("+++ after"), "{}", buf.diff);

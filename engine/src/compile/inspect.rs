@@ -359,7 +359,8 @@ pub fn diff_passes(module: &LoweredModule) -> Result<PassDiffs, Error> {
             before = after;
         }
     }
-    // The compile's last step on the LLVM dialect (not a registered pass).
+    // The compile's last step on the LLVM dialect (not a registered pass): FMA contraction
+    // allowed, as XLA:CPU (`context::allow_fp_contraction`).
     context::allow_fp_contraction(ctx, &m);
     let after = m.as_operation().to_string();
     let diff = if after == before {
@@ -367,7 +368,7 @@ pub fn diff_passes(module: &LoweredModule) -> Result<PassDiffs, Error> {
     } else {
         similar::TextDiff::from_lines(&before, &after).unified_diff().context_radius(3).header("before", "after").to_string()
     };
-    out.push(PassDiff { pass: "allow-fp-contraction (fastmath<contract>, as XLA:CPU)".to_string(), pipeline: "to-llvm", diff });
+    out.push(PassDiff { pass: "allow-fp-contraction".to_string(), pipeline: "to-llvm", diff });
     drop(m);
     drop(diags);
     drop(guard);
