@@ -578,23 +578,15 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
     out
 }
 
-/// The first line of `Compiled::as_text` for a call on sharded arguments: which execution
-/// path it takes. Shard-local programs (`partition.rs`) run one per-shard program on each
-/// device; the others gather their inputs on the mesh's first device.
-pub(crate) fn compiled_header(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations) -> String {
-    match crate::partition::shard_local(jaxpr, &a.ins) {
-        Some((shape, dims)) => {
-            let ns = NamedSharding { mesh: a.mesh.clone(), spec: spec_of(&dims), memory_kind: MemoryKind::Device };
-            let block: Vec<String> = ns.blocks(&shape).ok().and_then(|b| b.first().map(|(_, i)| i.iter().map(|x| x.1.to_string()).collect())).unwrap_or_default();
-            format!(
-                "// jaxrepl: arguments sharded over {}; path: partitioned (shard-local: this program runs on blocks of shape [{}] on each of the {} devices at once; no gather, no collectives).\n",
-                a.mesh,
-                block.join(","),
-                a.mesh.size()
-            )
-        }
+/// `Compiled::as_text` for a call on sharded arguments: which execution path it takes.
+/// Partitioned programs (`partition.rs`) show the per-device program with its collectives
+/// and each compiled segment; the others a first line saying their inputs are gathered on
+/// the mesh's first device, then `global_ir` (the whole program's optimized module).
+pub(crate) fn compiled_text(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations, global_ir: &str) -> String {
+    match crate::partition::describe(jaxpr, &a.mesh, &a.ins) {
+        Some(s) => s,
         None => format!(
-            "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings). Not shard-local: collectives-based partitioning is not built yet.\n",
+            "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings).\n{global_ir}",
             a.mesh,
             a.mesh.device_ids().first().copied().unwrap_or(0)
         ),

@@ -450,8 +450,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             }).collect();
             let place = place.for_jaxpr(&entry.jaxpr, &ins).map_err(|e| e.at(Some(source_info(loc))))?;
             if !entry.donated.iter().any(|d| *d) {
-                // Shard-local programs run per device, without a gather (`partition.rs`).
-                partitioned = crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh)?;
+                // The partitioner: one per-device program with collectives (`partition.rs`).
+                let want = crate::partition::wanted(self.inner.shardings.outs.as_ref(), &entry.jaxpr.jaxpr.out_avals(), &mesh);
+                partitioned = crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want)?;
             }
             place
         } else {
