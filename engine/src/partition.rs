@@ -44,7 +44,7 @@ use crate::runtime::Buffer;
 use crate::sharding::{Mesh, NamedSharding, PartitionSpec};
 use crate::sharding_rules::{spec_of, Dims};
 use crate::trace::Array;
-use crate::transform::pipeline::ExecutableRef;
+use crate::transform::pipeline::{ExecutableRef, StageOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -291,7 +291,7 @@ fn bails(p: &Primitive) -> bool {
 /// replicated), with the propagation starting from `declared` (the arguments' shardings)
 /// and results laid out as `want` (per result; `None`: the propagated sharding).
 /// `Ok(None)`: not partitionable (gather path).
-fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str) -> Result<Option<Plan>> {
+fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str, opts: &StageOptions) -> Result<Option<Plan>> {
     let jx = &j.jaxpr;
     if jx.has_effects() || jx.eqns.is_empty() || jx.eqns.iter().any(|e| bails(&e.primitive)) || jx.outvars.iter().any(|a| matches!(a, Atom::Lit(_))) {
         return Ok(None);
@@ -476,7 +476,7 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         outs.push((v.id, g.aval.clone(), ns));
     }
     let program = Jaxpr { constvars: vec![], invars: invars.clone(), eqns: std::mem::take(&mut b.eqns), outvars };
-    let (steps, segment_ir) = segments(&program, name)?;
+    let (steps, segment_ir) = segments(&program, name, opts)?;
     Ok(Some(Plan {
         in_ids: invars.iter().map(|v| v.id).collect(),
         program,
@@ -488,7 +488,7 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
 }
 
 /// Cuts `p` at its collectives into compiled segments.
-fn segments(p: &Jaxpr, name: &str) -> Result<(Vec<Step>, Vec<String>)> {
+fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Vec<String>)> {
     // Last use (step index) of each var: later segments, collectives and the results.
     let n = p.eqns.len();
     let mut last_use: HashMap<u32, usize> = HashMap::new();
@@ -540,15 +540,11 @@ fn segments(p: &Jaxpr, name: &str) -> Result<(Vec<Step>, Vec<String>)> {
             continue;
         }
         let seg = Jaxpr { constvars: vec![], invars: ins.clone(), eqns: eqns.to_vec(), outvars: outs.iter().cloned().map(Atom::Var).collect() };
-        let exe = compile_cached(&ClosedJaxpr { jaxpr: seg, consts: vec![] }, name)?;
+        let exe = crate::transform::pipeline::compile_jaxpr(&ClosedJaxpr { jaxpr: seg, consts: vec![] }, name, opts)?.executable;
         irs.push(exe.optimized_ir().to_string());
         steps.push(Step::Run { exe, ins: ins.iter().map(|v| v.id).collect(), outs: outs.iter().map(|v| v.id).collect() });
     }
     Ok((steps, irs))
-}
-
-fn compile_cached(j: &ClosedJaxpr, name: &str) -> Result<ExecutableRef> {
-    Ok(crate::transform::pipeline::compile_jaxpr(j, name, &crate::transform::pipeline::StageOptions::default())?.executable)
 }
 
 static PARTITIONED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -560,7 +556,7 @@ pub fn partitioned_calls() -> u64 {
     PARTITIONED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-type Key = (usize, Vec<Dims>, Vec<Dims>, Vec<Option<Dims>>);
+type Key = (usize, Vec<Dims>, Vec<Dims>, Vec<Option<Dims>>, Option<u8>, String);
 
 #[allow(clippy::type_complexity)]
 fn plan_cache() -> &'static Mutex<HashMap<Key, (Arc<ClosedJaxpr>, Option<Arc<Plan>>)>> {
@@ -574,17 +570,18 @@ pub(crate) fn clear_plans() {
 }
 
 /// The plan of `j` (cached per jaxpr and layouts); `None`: gather path.
-pub(crate) fn cached_plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str) -> Result<Option<Arc<Plan>>> {
+pub(crate) fn cached_plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str, opts: &StageOptions) -> Result<Option<Arc<Plan>>> {
     if args.iter().all(|d| d.iter().all(|e| e.is_empty())) {
         return Ok(None); // nothing is split: the single-device program is the plan
     }
-    let key: Key = (j as *const ClosedJaxpr as usize, args.to_vec(), declared.to_vec(), want.to_vec());
+    let precision = format!("{:?}", crate::lax::precision::default_matmul_precision());
+    let key: Key = (j as *const ClosedJaxpr as usize, args.to_vec(), declared.to_vec(), want.to_vec(), opts.opt_level, precision);
     if let Some((jj, p)) = plan_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         if **jj == *j {
             return Ok(p.clone());
         }
     }
-    let p = plan(j, mesh, args, declared, want, name)?.map(Arc::new);
+    let p = plan(j, mesh, args, declared, want, name, opts)?.map(Arc::new);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, (Arc::new(j.clone()), p.clone()));
     Ok(p)
 }
@@ -604,8 +601,8 @@ fn layouts(inputs: &[Arc<DeviceArray>], mesh: &Mesh) -> (Vec<Dims>, Vec<Dims>) {
 /// The text `Compiled::as_text` shows for a call on arguments split as `args`: the path, and for a
 /// partitioned program the per-device jaxpr with its collectives and each compiled
 /// segment's optimized IR. `None`: the gather path.
-pub(crate) fn describe(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims]) -> Option<String> {
-    let p = cached_plan(j, mesh, args, args, &[], "compiled").ok().flatten()?;
+pub(crate) fn describe(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &StageOptions) -> Option<String> {
+    let p = cached_plan(j, mesh, args, args, &[], "compiled", opts).ok().flatten()?;
     let mut s = format!(
         "// jaxrepl: arguments sharded over {mesh}; path: partitioned (one per-device program on each of the {} devices at once, {} collective{} per device; no gather).\n// per-device program:\n",
         mesh.size(),
@@ -635,12 +632,13 @@ static SUBMIT: Mutex<()> = Mutex::new(());
 
 /// Runs `j` partitioned on `inputs` (`want`: per result, the layout asked by
 /// `out_shardings`, else the propagated one); `Ok(None)` means "take the gather path".
-/// `name` names the per-device executables (`jit(name)`). Results are sharded arrays
+/// `name` names the per-device executables (`jit(name)`), compiled with `opts` (the
+/// caller's optimisation level; the matmul precision in effect applies). Results are sharded arrays
 /// built from per-device buffers, committed to the mesh. Errors: compilation errors; a
 /// device's runtime error is the results' error.
-pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>]) -> Result<Option<Vec<Array>>> {
+pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Result<Option<Vec<Array>>> {
     let (args, declared) = layouts(inputs, mesh);
-    let Some(plan) = cached_plan(j, mesh, &args, &declared, want, name)? else { return Ok(None) };
+    let Some(plan) = cached_plan(j, mesh, &args, &declared, want, name, opts)? else { return Ok(None) };
     // Per argument: its per-device shards when they exist (replicated ones too: each
     // device reads its own copy), else the whole value every device reads.
     let shard_maps: Vec<Option<HashMap<u32, Arc<DeviceArray>>>> = inputs.iter().map(|d| crate::sharding::shard_map_of(d)).collect();

@@ -582,8 +582,8 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
 /// Partitioned programs (`partition.rs`) show the per-device program with its collectives
 /// and each compiled segment; the others a first line saying their inputs are gathered on
 /// the mesh's first device, then `global_ir` (the whole program's optimized module).
-pub(crate) fn compiled_text(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations, global_ir: &str) -> String {
-    match crate::partition::describe(jaxpr, &a.mesh, &a.ins) {
+pub(crate) fn compiled_text(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations, global_ir: &str, opts: &crate::transform::pipeline::StageOptions) -> String {
+    match crate::partition::describe(jaxpr, &a.mesh, &a.ins, opts) {
         Some(s) => s,
         None => format!(
             "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings).\n{global_ir}",

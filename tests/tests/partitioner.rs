@@ -227,3 +227,39 @@ fn lowered_text_and_two_axis_meshes() {
     assert_eq!(typeof_(&z).to_string(), "float32[8@X]");
     assert!(rs.lower(&pa).unwrap().compile().unwrap().as_text().contains("psum[axes=('Y',)"));
 }
+
+/// `Compiled::call` runs the same partitioned program; callers on two threads calling
+/// programs with collectives at once do not deadlock (one submission order for all
+/// device workers) and get right values.
+#[test]
+fn compiled_calls_and_concurrent_callers() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[32, 8], 15);
+    let px = put(&x, &mesh, P!("i", None));
+    let colsum = |x: Array| jnp::sum(&x.cos(), Some(&[0])).unwrap();
+    let want = jit(colsum).call(&x).unwrap();
+    let compiled = jit(colsum).lower(&px).unwrap().compile().unwrap();
+    let before = jax::sharding::partitioned_calls();
+    close(&compiled.call(&px).unwrap(), &want);
+    assert!(jax::sharding::partitioned_calls() > before);
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let (px, want) = (px.clone(), want.clone());
+            std::thread::spawn(move || {
+                let f = jit(colsum);
+                let g = jit(|x: Array| jnp::max(&x.cos(), Some(&[0])).unwrap());
+                for k in 0..6 {
+                    if (k + t) % 2 == 0 {
+                        close(&f.call(&px).unwrap(), &want);
+                    } else {
+                        g.call(&px).unwrap().block_until_ready().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
