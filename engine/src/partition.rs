@@ -84,7 +84,9 @@ struct Builder<'m> {
     eqns: Vec<Eqn>,
     /// Resharded versions already built: (global var id, dims) → per-device var.
     reshards: HashMap<(u32, Dims), Var>,
-    collectives: usize,
+    /// Per-device vars made by `broadcast_in_dim`: (operand, broadcast_dimensions), so a
+    /// consumer wanting a broadcast dim split gets a block-sized broadcast, not a slice.
+    broadcasts: HashMap<u32, (Atom, Vec<usize>)>,
 }
 
 fn replicated(ndim: usize) -> Dims {
@@ -140,9 +142,6 @@ impl<'m> Builder<'m> {
 
     fn emit(&mut self, primitive: Primitive, inputs: Vec<Atom>, outs: Vec<ShapedArray>, like: Option<&Eqn>) -> Vec<Var> {
         let outputs: Vec<Var> = outs.into_iter().map(|a| self.fresh(a)).collect();
-        if matches!(primitive, Primitive::Collective(_)) {
-            self.collectives += 1;
-        }
         self.eqns.push(Eqn {
             primitive,
             inputs,
@@ -217,6 +216,16 @@ impl<'m> Builder<'m> {
             if dims[k] != want[k] {
                 dims[k] = want[k].clone();
                 let out = self.block(g, &dims).ok_or_else(|| Error::runtime("internal: slice block"))?;
+                if let Some((x, bd)) = self.broadcasts.get(&var.id).cloned() {
+                    // Dim k is made by the broadcast (not read from the operand): broadcast
+                    // straight to the block.
+                    if bd.iter().position(|&d| d == k).is_none_or(|i| x.aval().shape.get(i) == Some(&1)) {
+                        let p = Primitive::BroadcastInDim { shape: out.shape.clone(), broadcast_dimensions: bd.clone() };
+                        var = self.emit(p, vec![x.clone()], vec![out], None).remove(0);
+                        self.broadcasts.insert(var.id, (x, bd));
+                        continue;
+                    }
+                }
                 let idx = self.coll(Collective::AxisIndex { axes: want[k].clone() }, None, i32s.clone());
                 let start = self.emit(Primitive::Mul, vec![Atom::Var(idx), lit(out.shape[k] as i32)], vec![i32s.clone()], None).remove(0);
                 let mut ins = vec![Atom::Var(var.clone())];
@@ -272,7 +281,7 @@ pub(crate) struct Plan {
     in_ids: Vec<u32>,
     /// Per result: per-device var id, global type, sharding.
     outs: Vec<(u32, ShapedArray, NamedSharding)>,
-    /// How many collectives each device runs per call.
+    /// How many collectives (communication: not `axis_index`) each device runs per call.
     pub(crate) collectives: usize,
     /// Each segment's optimized IR (for `Compiled::as_text`).
     segment_ir: Vec<String>,
@@ -304,7 +313,7 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         .chain(jx.eqns.iter().flat_map(|e| e.outputs.iter().map(|v| v.id)))
         .max()
         .unwrap_or(0);
-    let mut b = Builder { mesh, next: max_id + 1, eqns: vec![], reshards: HashMap::new(), collectives: 0 };
+    let mut b = Builder { mesh, next: max_id + 1, eqns: vec![], reshards: HashMap::new(), broadcasts: HashMap::new() };
     let mut vals: HashMap<u32, Val> = HashMap::new();
     let mut prop: HashMap<u32, Dims> = HashMap::new();
     let mut invars = vec![];
@@ -418,7 +427,8 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
                 let x = b.operand(&e.inputs[0], &mut vals, &d)?;
                 let out = b.block(og, &dims).ok_or_else(|| Error::runtime("internal: broadcast block"))?;
                 let p = BroadcastInDim { shape: out.shape.clone(), broadcast_dimensions: broadcast_dimensions.clone() };
-                let v = b.emit(p, vec![x], vec![out], Some(e)).remove(0);
+                let v = b.emit(p, vec![x.clone()], vec![out], Some(e)).remove(0);
+                b.broadcasts.insert(v.id, (x, broadcast_dimensions.clone()));
                 Some(Val { var: v, dims, partial: None })
             }
             Transpose { permutation } if one_out && e.inputs.len() == 1 => {
@@ -475,16 +485,33 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         let ns = NamedSharding { mesh: mesh.clone(), spec, memory_kind: crate::runtime::memory_kind::MemoryKind::Device };
         outs.push((v.id, g.aval.clone(), ns));
     }
-    let program = Jaxpr { constvars: vec![], invars: invars.clone(), eqns: std::mem::take(&mut b.eqns), outvars };
+    let program = dce(Jaxpr { constvars: vec![], invars: invars.clone(), eqns: std::mem::take(&mut b.eqns), outvars });
+    let collectives = program.eqns.iter().filter(|e| matches!(&e.primitive, Primitive::Collective(c) if !matches!(c, Collective::AxisIndex { .. }))).count();
     let (steps, segment_ir) = segments(&program, name, opts)?;
     Ok(Some(Plan {
         in_ids: invars.iter().map(|v| v.id).collect(),
         program,
         steps,
         outs,
-        collectives: b.collectives,
+        collectives,
         segment_ir,
     }))
+}
+
+/// `p` without equations whose results nothing uses (every device drops the same ones,
+/// collectives included, so the devices still meet at the same collectives).
+fn dce(mut p: Jaxpr) -> Jaxpr {
+    let mut live: std::collections::HashSet<u32> = p.outvars.iter().filter_map(|a| if let Atom::Var(v) = a { Some(v.id) } else { None }).collect();
+    let mut keep = vec![false; p.eqns.len()];
+    for (i, e) in p.eqns.iter().enumerate().rev() {
+        if e.outputs.iter().any(|v| live.contains(&v.id)) {
+            keep[i] = true;
+            live.extend(e.inputs.iter().filter_map(|a| if let Atom::Var(v) = a { Some(v.id) } else { None }));
+        }
+    }
+    let mut k = keep.into_iter();
+    p.eqns.retain(|_| k.next().unwrap_or(true));
+    p
 }
 
 /// Cuts `p` at its collectives into compiled segments.

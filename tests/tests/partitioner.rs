@@ -84,6 +84,10 @@ fn row_sharded_matmul_is_local() {
     close(&z, &want);
     assert_eq!(typeof_(&z).to_string(), "float32[64@i,16]");
     shards_hold_blocks(&z, &want);
+    let text = jit(g).lower((&pa, &pb, &bias)).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("0 collectives per device"), "{text}");
+    assert!(text.contains("f32[8,16] = broadcast_in_dim[broadcast_dimensions=(1,)]"), "the bias is broadcast to the block:\n{text}");
+    assert!(!text.contains("dynamic_slice"), "{text}");
     // A chain of partitioned calls stays partitioned and right.
     let h = jit(|(p, q): (Array, Array)| (p.matmul(&q)).sin());
     let (sq, _) = host_array(&[32, 32], 4);
