@@ -113,7 +113,7 @@ impl<'m> Builder<'m> {
         let mut a = g.clone();
         for (k, axes) in dims.iter().enumerate() {
             let n = self.parts(axes);
-            if n == 0 || a.shape[k] % n != 0 {
+            if n == 0 || !a.shape[k].is_multiple_of(n) {
                 return None;
             }
             a.shape[k] /= n;
@@ -131,7 +131,7 @@ impl<'m> Builder<'m> {
             .enumerate()
             .map(|(k, axes)| {
                 let n = self.parts(axes);
-                if axes.iter().any(|a| seen.contains(&a) || self.mesh.axis_size(a).is_none()) || n == 0 || g.shape[k] % n != 0 {
+                if axes.iter().any(|a| seen.contains(&a) || self.mesh.axis_size(a).is_none()) || n == 0 || !g.shape[k].is_multiple_of(n) {
                     return vec![];
                 }
                 seen.extend(axes.iter());
@@ -553,10 +553,11 @@ fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Ve
         let mut ins: Vec<Var> = vec![];
         for e in eqns {
             for a in &e.inputs {
-                if let Atom::Var(v) = a {
-                    if !defined.contains(&v.id) && !ins.iter().any(|x| x.id == v.id) {
-                        ins.push(v.clone());
-                    }
+                if let Atom::Var(v) = a
+                    && !defined.contains(&v.id)
+                    && !ins.iter().any(|x| x.id == v.id)
+                {
+                    ins.push(v.clone());
                 }
             }
             defined.extend(e.outputs.iter().map(|v| v.id));
@@ -603,10 +604,10 @@ pub(crate) fn cached_plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared:
     }
     let precision = format!("{:?}", crate::lax::precision::default_matmul_precision());
     let key: Key = (j as *const ClosedJaxpr as usize, args.to_vec(), declared.to_vec(), want.to_vec(), opts.opt_level, precision);
-    if let Some((jj, p)) = plan_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        if **jj == *j {
-            return Ok(p.clone());
-        }
+    if let Some((jj, p)) = plan_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key)
+        && **jj == *j
+    {
+        return Ok(p.clone());
     }
     let p = plan(j, mesh, args, declared, want, name, opts)?.map(Arc::new);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, (Arc::new(j.clone()), p.clone()));
