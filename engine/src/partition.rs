@@ -631,6 +631,17 @@ fn layouts(inputs: &[Arc<DeviceArray>], mesh: &Mesh) -> (Vec<Dims>, Vec<Dims>) {
 /// segment's optimized IR. `None`: the gather path.
 pub(crate) fn describe(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &StageOptions) -> Option<String> {
     let p = cached_plan(j, mesh, args, args, &[], "compiled", opts).ok().flatten()?;
+    Some(plan_text(&p, mesh))
+}
+
+/// The same text for the plan a jit call on `inputs` ran (`%compile`); `None`: gather path.
+pub(crate) fn describe_call(j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<String> {
+    let (args, declared) = layouts(inputs, mesh);
+    let p = cached_plan(j, mesh, &args, &declared, want, "compiled", opts).ok().flatten()?;
+    Some(plan_text(&p, mesh))
+}
+
+fn plan_text(p: &Plan, mesh: &Mesh) -> String {
     let mut s = format!(
         "// jaxrepl: arguments sharded over {mesh}; path: partitioned (one per-device program on each of the {} devices at once, {} collective{} per device; no gather).\n// per-device program:\n",
         mesh.size(),
@@ -651,7 +662,7 @@ pub(crate) fn describe(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &Stage
             s.push('\n');
         }
     }
-    Some(s)
+    s
 }
 
 /// Serializes the submission of partitioned calls, so every device worker sees their

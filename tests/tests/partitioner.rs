@@ -70,6 +70,11 @@ fn row_sharded_matmul_is_local() {
     shards_hold_blocks(&z, &want);
     let text = jit(|(p, q): (Array, Array)| p.matmul(&q)).lower((&pa, &pb)).unwrap().compile().unwrap().as_text();
     assert!(text.contains("path: partitioned"), "{text}");
+    // %compile shows the same per-device program; %lower the global module.
+    let magic = jax::magic::compile(|| f.call((&pa, &pb))).unwrap().0;
+    assert!(magic.contains("path: partitioned") && magic.contains("f32[8,32]"), "{magic}");
+    let lowered = jax::magic::lower(|| f.call((&pa, &pb))).unwrap().0;
+    assert!(lowered.contains("tensor<64x32xf32>"), "{lowered}");
     assert!(text.contains("0 collectives per device"), "{text}");
     assert!(text.contains("dot_general") && text.contains("f32[8,32]"), "the per-device program works on [8,32] blocks:\n{text}");
     // An uncommitted unsharded rhs is read whole by every device.
@@ -113,6 +118,10 @@ fn sharded_contraction_all_reduces() {
     assert_eq!(spec_of(&z), "P()");
     let text = f.lower((&pa, &pb)).unwrap().compile().unwrap().as_text();
     assert!(text.contains("path: partitioned") && text.contains("psum[axes=('i',)"), "{text}");
+    let magic = jax::magic::compile(|| f.call((&pa, &pb))).unwrap().0;
+    assert!(magic.contains("psum[axes=('i',)"), "{magic}");
+    // An unsharded call shows the whole program's module.
+    assert!(!jax::magic::compile(|| f.call((&a, &b))).unwrap().0.contains("path:"));
     assert!(!text.contains("all_gather"), "{text}");
     // out_shardings splits the summed result: reduce_scatter instead of psum.
     let fs = jit(mm).out_shardings(vec![NamedSharding::new(&mesh, P!("i", None)).unwrap()]);

@@ -444,6 +444,11 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                     crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want, &opts)?
                 };
                 if partitioned.is_some() {
+                    if crate::magic::capturing() {
+                        // %lower / %compile --stage read the whole program too.
+                        self.compiled(&entry)?;
+                        crate::magic::note_partitioned(crate::partition::describe_call(&entry.jaxpr, &ins, &mesh, &want, &opts));
+                    }
                     crate::magic::note_call(&self.inner.name, &entry);
                     if traced_now {
                         explain::record(Event {
@@ -470,6 +475,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             let t0 = (!was_compiled).then(Instant::now);
             let art = self.compiled(&entry)?;
             crate::magic::note_call(&self.inner.name, &entry);
+            crate::magic::note_partitioned(None);
             if traced_now || !was_compiled {
                 explain::record(Event {
                     function: self.inner.name.clone(),
