@@ -431,6 +431,13 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
                 b.broadcasts.insert(v.id, (x, broadcast_dimensions.clone()));
                 Some(Val { var: v, dims, partial: None })
             }
+            ShardingConstraint { sharding } if one_out && e.inputs.len() == 1 && og.ndim() > 0 => {
+                let want = if &sharding.mesh == mesh { b.fit(og, &crate::sharding_rules::dims_of(&sharding.spec, og.ndim())) } else { b.fit(og, &out_prop[0]) };
+                match b.operand(&e.inputs[0], &mut vals, &want)? {
+                    Atom::Var(v) => Some(Val { var: v, dims: want, partial: None }),
+                    Atom::Lit(_) => None,
+                }
+            }
             Transpose { permutation } if one_out && e.inputs.len() == 1 => {
                 let d = b.settled_dims(&e.inputs[0], &mut vals)?;
                 let x = b.operand(&e.inputs[0], &mut vals, &d)?;

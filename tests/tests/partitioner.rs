@@ -276,3 +276,33 @@ fn compiled_calls_and_concurrent_callers() {
         t.join().unwrap();
     }
 }
+
+/// `with_sharding_constraint` inside `jit` stages a `sharding_constraint` equation: the
+/// propagation and the partitioner lay the value out as asked (all_gather of the rows,
+/// local slice of the columns); values are unchanged, and grad goes through it.
+#[test]
+fn sharding_constraint_inside_jit() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[16, 8], 16);
+    let px = put(&x, &mesh, P!("i", None));
+    let cols = NamedSharding::new(&mesh, P!(None, "i")).unwrap();
+    let c2 = cols.clone();
+    let f = move |x: Array| with_sharding_constraint(&(x * 2.0), c2.clone()).unwrap().sin();
+    let jaxpr = make_jaxpr(f.clone(), &px).unwrap().to_string();
+    assert!(jaxpr.contains("c:f32[16,8] = sharding_constraint[\n      sharding=NamedSharding(mesh=Mesh('i': 8, axis_types=(Explicit,)), spec=P(None, 'i'), memory_kind=device)\n    ] b"), "{jaxpr}");
+    let z = jit(f.clone()).call(&px).unwrap();
+    let want = jit(f.clone()).call(&x).unwrap();
+    close(&z, &want);
+    assert_eq!(typeof_(&z).to_string(), "float32[16,8@i]");
+    shards_hold_blocks(&z, &want);
+    let text = jit(f.clone()).lower(&px).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("all_gather") && text.contains("f32[16,1] = sin"), "{text}");
+    // grad (over Auto axes: explicit ones reject the mixed layouts the transpose makes):
+    // the constraint's transpose is the constraint.
+    let am = mesh8_auto();
+    let ca = NamedSharding::new(&am, P!(None, "i")).unwrap();
+    let fa = move |x: Array| with_sharding_constraint(&(x * 2.0), ca.clone()).unwrap().sin();
+    let gf = move |x: Array| grad(|y: Array| fa(y).sum())(x);
+    close(&jit(gf.clone()).call(&put(&x, &am, P!("i", None))).unwrap(), &jit(gf).call(&x).unwrap());
+}
