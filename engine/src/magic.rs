@@ -18,6 +18,25 @@ thread_local! {
     static LAST_CALL: RefCell<Option<(String, Arc<CacheEntry>)>> = const { RefCell::new(None) };
     /// Depth of magics waiting for a call (`last_call`): calls are only recorded then.
     static CAPTURING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The partitioned program text of the last recorded call, when it ran partitioned.
+    static LAST_PARTITIONED: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Whether a magic is waiting for a call (calls then record what magics show).
+pub(crate) fn capturing() -> bool {
+    CAPTURING.with(|c| c.get()) > 0
+}
+
+/// Records the per-device program text of the last jitted call (`None`: it did not run
+/// partitioned); `%compile` shows it instead of the whole program's module.
+pub(crate) fn note_partitioned(text: Option<String>) {
+    if capturing() {
+        LAST_PARTITIONED.with(|c| *c.borrow_mut() = text);
+    }
+}
+
+fn take_partitioned() -> Option<String> {
+    LAST_PARTITIONED.with(|c| c.borrow_mut().take())
 }
 
 /// Records the last jitted call's trace entry (used by `%jaxpr`, `%lower`, ...).
@@ -30,6 +49,7 @@ pub(crate) fn note_call(name: &str, entry: &Arc<CacheEntry>) {
 
 fn last_call<T>(f: impl FnOnce() -> T) -> Result<(String, Arc<CacheEntry>)> {
     LAST_CALL.with(|c| *c.borrow_mut() = None);
+    LAST_PARTITIONED.with(|c| *c.borrow_mut() = None);
     struct Capture;
     impl Drop for Capture {
         fn drop(&mut self) {
@@ -62,9 +82,14 @@ pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
     Ok(Text(compiled(&e)?.lowered.text.clone()))
 }
 
-/// `%compile CALL`: the optimized module after the compile pipeline.
+/// `%compile CALL`: the optimized module after the compile pipeline. A call on sharded
+/// arrays that ran partitioned shows its per-device program with the collectives and
+/// each compiled segment (as `Compiled::as_text`).
 pub fn compile<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (_, e) = last_call(call)?;
+    if let Some(t) = take_partitioned() {
+        return Ok(Text(t));
+    }
     Ok(Text(compiled(&e)?.executable.optimized_ir().to_string()))
 }
 
@@ -74,12 +99,13 @@ pub fn compile<T>(call: impl FnOnce() -> T) -> Result<Text> {
 pub fn compile_stage<T>(stage: &str, call: impl FnOnce() -> T) -> Result<Text> {
     let stage: crate::transform::Stage = stage.parse()?;
     let (_, e) = last_call(call)?;
+    let partitioned = take_partitioned();
     let c = compiled(&e)?;
     use crate::transform::Stage;
     Ok(Text(match stage {
         Stage::Jaxpr => e.jaxpr.to_string(),
         Stage::Lowered => c.lowered.text.clone(),
-        Stage::Optimized => c.executable.optimized_ir().to_string(),
+        Stage::Optimized => partitioned.unwrap_or_else(|| c.executable.optimized_ir().to_string()),
         Stage::Llvm => c.executable.llvm_ir()?,
         // Jitted calls compile at the default level.
         Stage::Asm => c.executable.assembly(2)?,
@@ -441,7 +467,7 @@ pub fn help() -> Text {
         "jaxrepl magics (CALL is an expression such as f.call(&x)):\n\
          \x20 %jaxpr CALL     the jaxpr of the jitted function CALL runs\n\
          \x20 %lower CALL     its lowered MLIR module (tensor level, upstream dialects)\n\
-         \x20 %compile CALL   the optimized module after the compile pipeline\n\
+         \x20 %compile CALL   the optimized module after the compile pipeline (sharded call: the per-device program)\n\
          \x20 %compile --stage jaxpr|lowered|opt|llvm|asm CALL   one stage's text (asm: host assembly)\n\
          \x20 %diff-passes CALL  the IR diff of every compile pass that changed it\n\
          \x20 %cost CALL      cost analysis (flops, transcendentals, bytes) and memory analysis\n\

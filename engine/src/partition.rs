@@ -1,27 +1,50 @@
-//! The partitioner's first step: a jitted program whose every equation is **shard-local**
-//! under the propagated shardings runs as one per-shard program on every device of the
-//! mesh at once, with no gather (JAX's SPMD partitioning for the case that needs no
-//! collectives).
+//! The SPMD partitioner: a jitted program called on sharded arrays is rewritten into one
+//! **per-device program** (block-shaped types plus the collectives it needs) that runs on
+//! every device of the mesh at once, with no gather of the whole program to one device
+//! (JAX's GSPMD/Shardy partitioning, done on the jaxpr).
 //!
-//! Shard-local here means: no constants, no effects, no donation, every equation an
-//! elementwise primitive (`sin`, `add`, `select_n`, `convert_element_type`, …; 0-d
-//! operands are scalars every shard reads whole), and every non-0-d argument, intermediate
-//! and result of one shape, all sharded alike (so each device's block of the result depends
-//! only on its blocks of the arguments). The per-shard program is the same jaxpr with each
-//! non-0-d type divided into its block shape, compiled once (executable cache) and run on
-//! each device's worker on that device's shard buffers; the results are sharded arrays
-//! made of the per-device buffers (whole values are assembled only if read).
-//! Everything else takes the gather path (`sharding.rs`); `Compiled::as_text` names the path.
-//! Programs that need collectives (reductions and contractions over sharded dims, reshards)
-//! wait for the collectives runtime (ARCHITECTURE.md, "Partitioner plan").
+//! Planning (`plan`) walks the global jaxpr with the propagated shardings
+//! (`sharding_rules::eqn_rule`) and keeps, per value, its per-device variable, the mesh
+//! axes each of its dims is split over, and optionally a **pending reduction** (a partial
+//! sum/max/min over some axes that no device has combined yet):
+//! - elementwise equations run on blocks laid out as their propagated result (operands
+//!   resharded to it; 0-d operands are read whole);
+//! - `dot_general`: operands laid out as the result's batch/free dims; a contracting dim
+//!   split over the same axes on both operands stays split and the local product is a
+//!   partial sum over those axes (JAX's "all-reduce for sharded contractions");
+//! - `reduce_sum`/`reduce_max`/`reduce_min` over a split dim: the local reduction, pending
+//!   `psum`/`pmax`/`pmin` over the dim's axes;
+//! - `broadcast_in_dim`, `transpose`, `reshape` (a split dim staying the major dim of its
+//!   group) map the layout and rewrite their shape params to block shapes;
+//! - anything else runs whole: its operands are all-gathered first (on the per-device
+//!   program, not a gather of the whole program) and its results are replicated.
+//!
+//! A value is **resharded** where a consumer needs another layout: a pending sum the
+//! consumer wants split over the same axes becomes a `reduce_scatter`, any other pending
+//! reduction a `psum`/`pmax`/`pmin`; a dim split differently is `all_gather`ed, and a dim
+//! the consumer wants split but that is whole is sliced locally (`axis_index` ×
+//! block size → `dynamic_slice`). Results are resharded to the propagated shardings (or
+//! the `out_shardings` asked for), so values and result shardings equal the gather path's.
+//!
+//! Execution (`try_run`): the per-device program is cut at its collectives into segments,
+//! each compiled once (executable cache); every device's worker thread runs the segments
+//! in order and meets the others at each collective (`runtime/collectives.rs`, the
+//! machinery `shard_map` uses). The jobs of one call are submitted to all workers under
+//! one lock, so every worker sees the calls' collectives in the same order (no deadlock
+//! between concurrent callers). Results are sharded arrays made of the per-device buffers.
+//!
+//! Programs with effects, donation, `shard_map`/collectives inside, or literal results
+//! take the gather path (`sharding.rs`); `Compiled::as_text` names the path and shows the
+//! per-device program with its collectives.
 
-use crate::error::Result;
-use crate::ir::{Atom, ClosedJaxpr, Jaxpr, Primitive, ShapedArray};
+use crate::error::{Error, Result};
+use crate::ir::{Atom, ClosedJaxpr, Collective, DType, Eqn, Jaxpr, Literal, Primitive, Scalar, ShapedArray, Var};
 use crate::runtime::dispatch::{self, DeviceArray, Placement};
 use crate::runtime::Buffer;
-use crate::sharding::{BlockIndex, NamedSharding};
-use crate::sharding_rules::Dims;
+use crate::sharding::{Mesh, NamedSharding, PartitionSpec};
+use crate::sharding_rules::{spec_of, Dims};
 use crate::trace::Array;
+use crate::transform::pipeline::{ExecutableRef, StageOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -37,76 +60,526 @@ fn elementwise(p: &Primitive) -> bool {
     )
 }
 
-/// The common shape and dims of a shard-local program on inputs sharded as `ins`, or
-/// `None` when it is not shard-local (see the module docs).
-pub(crate) fn shard_local(j: &ClosedJaxpr, ins: &[Dims]) -> Option<(Vec<usize>, Dims)> {
-    let jx = &j.jaxpr;
-    if !jx.constvars.is_empty() || jx.has_effects() || jx.eqns.is_empty() {
-        return None;
-    }
-    let mut common: Option<(Vec<usize>, Dims)> = None;
-    let mut check = |aval: &ShapedArray, dims: Option<&Dims>| -> bool {
-        if aval.ndim() == 0 {
-            return true;
-        }
-        match (&common, dims) {
-            (None, Some(d)) => {
-                common = Some((aval.shape.clone(), d.clone()));
-                true
-            }
-            (None, None) => false,
-            (Some((s, d)), dd) => *s == aval.shape && dd.is_none_or(|x| x == d),
-        }
-    };
-    for (v, d) in jx.invars.iter().zip(ins) {
-        if !check(&v.aval, Some(d)) {
-            return None;
-        }
-    }
-    for e in &jx.eqns {
-        if !elementwise(&e.primitive) || e.outputs.iter().any(|o| !check(&o.aval, None)) {
-            return None;
-        }
-    }
-    for o in &jx.outvars {
-        if !check(o.aval(), None) || matches!(o, Atom::Lit(_)) {
-            return None;
-        }
-    }
-    let (shape, dims) = common?;
-    if dims.iter().all(|e| e.is_empty()) {
-        return None; // replicated everywhere: nothing to split
-    }
-    Some((shape, dims))
+/// How a pending partial result combines across devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Combine {
+    Sum,
+    Max,
+    Min,
 }
 
-/// `j` with every non-0-d type replaced by the block shape `block`.
-fn per_shard(j: &ClosedJaxpr, block: &[usize]) -> ClosedJaxpr {
-    let fix = |a: &mut ShapedArray| {
-        if a.ndim() > 0 {
-            a.shape = block.to_vec();
-        }
-    };
-    let mut jx: Jaxpr = j.jaxpr.clone();
-    for v in jx.invars.iter_mut() {
-        fix(&mut v.aval);
+/// A global value on the per-device program: its variable there (block type), the axes
+/// each dim is split over, and a pending reduction over some axes.
+#[derive(Clone, Debug)]
+struct Val {
+    var: Var,
+    dims: Dims,
+    partial: Option<(Combine, Vec<String>)>,
+}
+
+/// Builds the per-device program.
+struct Builder<'m> {
+    mesh: &'m Mesh,
+    next: u32,
+    eqns: Vec<Eqn>,
+    /// Resharded versions already built: (global var id, dims) → per-device var.
+    reshards: HashMap<(u32, Dims), Var>,
+    /// Per-device vars made by `broadcast_in_dim`: (operand, broadcast_dimensions), so a
+    /// consumer wanting a broadcast dim split gets a block-sized broadcast, not a slice.
+    broadcasts: HashMap<u32, (Atom, Vec<usize>)>,
+}
+
+fn replicated(ndim: usize) -> Dims {
+    vec![vec![]; ndim]
+}
+
+impl<'m> Builder<'m> {
+    fn fresh(&mut self, aval: ShapedArray) -> Var {
+        let v = Var { id: self.next, aval };
+        self.next += 1;
+        v
     }
-    for e in jx.eqns.iter_mut() {
-        for a in e.inputs.iter_mut() {
-            if let Atom::Var(v) = a {
-                fix(&mut v.aval);
+
+    fn parts(&self, axes: &[String]) -> usize {
+        axes.iter().map(|a| self.mesh.axis_size(a).unwrap_or(1)).product()
+    }
+
+    /// The block type of a value of global type `g` laid out as `dims`; `None` when a dim
+    /// does not divide.
+    fn block(&self, g: &ShapedArray, dims: &Dims) -> Option<ShapedArray> {
+        if dims.len() != g.ndim() {
+            return None;
+        }
+        let mut a = g.clone();
+        for (k, axes) in dims.iter().enumerate() {
+            let n = self.parts(axes);
+            if n == 0 || !a.shape[k].is_multiple_of(n) {
+                return None;
+            }
+            a.shape[k] /= n;
+        }
+        Some(a)
+    }
+
+    /// `dims` with every dim `g` cannot be split by (or a repeated axis) left whole.
+    fn fit(&self, g: &ShapedArray, dims: &Dims) -> Dims {
+        if dims.len() != g.ndim() {
+            return replicated(g.ndim());
+        }
+        let mut seen: Vec<&String> = vec![];
+        dims.iter()
+            .enumerate()
+            .map(|(k, axes)| {
+                let n = self.parts(axes);
+                if axes.iter().any(|a| seen.contains(&a) || self.mesh.axis_size(a).is_none()) || n == 0 || !g.shape[k].is_multiple_of(n) {
+                    return vec![];
+                }
+                seen.extend(axes.iter());
+                axes.clone()
+            })
+            .collect()
+    }
+
+    fn emit(&mut self, primitive: Primitive, inputs: Vec<Atom>, outs: Vec<ShapedArray>, like: Option<&Eqn>) -> Vec<Var> {
+        let outputs: Vec<Var> = outs.into_iter().map(|a| self.fresh(a)).collect();
+        self.eqns.push(Eqn {
+            primitive,
+            inputs,
+            outputs: outputs.clone(),
+            source: like.and_then(|e| e.source.clone()),
+            name_stack: like.and_then(|e| e.name_stack.clone()),
+            metadata: like.and_then(|e| e.metadata.clone()),
+        });
+        outputs
+    }
+
+    fn coll(&mut self, c: Collective, x: Option<&Var>, out: ShapedArray) -> Var {
+        let ins = x.map(|v| vec![Atom::Var(v.clone())]).unwrap_or_default();
+        self.emit(Primitive::Collective(c), ins, vec![out], None).remove(0)
+    }
+
+    /// Combines a pending reduction: a `reduce_scatter` onto a dim `want` splits over the
+    /// same axes (sums only), else `psum`/`pmax`/`pmin`.
+    fn settle(&mut self, v: &Val, g: &ShapedArray, want: &Dims) -> Result<Val> {
+        let Some((op, axes)) = v.partial.clone() else { return Ok(v.clone()) };
+        let n = self.parts(&axes);
+        let scatter = if op == Combine::Sum { (0..g.ndim()).find(|&k| v.dims[k].is_empty() && want.get(k) == Some(&axes)) } else { None };
+        let mut dims = v.dims.clone();
+        let var = match scatter {
+            Some(k) => {
+                dims[k] = axes.clone();
+                let out = self.block(g, &dims).ok_or_else(|| Error::runtime("internal: reduce_scatter block"))?;
+                self.coll(Collective::ReduceScatter { axes, axis_size: n, scatter_dimension: k, tiled: true }, Some(&v.var), out)
+            }
+            None => {
+                let c = match op {
+                    Combine::Sum => Collective::Psum { axes },
+                    Combine::Max => Collective::Pmax { axes },
+                    Combine::Min => Collective::Pmin { axes },
+                };
+                self.coll(c, Some(&v.var), v.var.aval.clone())
+            }
+        };
+        Ok(Val { var, dims, partial: None })
+    }
+
+    /// `v` (of global type `g`) laid out as `want`: pending reduction combined, dims split
+    /// differently all-gathered, dims wanted split sliced locally.
+    fn reshard(&mut self, gid: u32, vals: &mut HashMap<u32, Val>, g: &ShapedArray, want: &Dims) -> Result<Var> {
+        let v = vals.get(&gid).cloned().ok_or_else(|| Error::runtime("internal: partitioner lost a value"))?;
+        let v = if v.partial.is_some() {
+            let s = self.settle(&v, g, want)?;
+            vals.insert(gid, s.clone());
+            s
+        } else {
+            v
+        };
+        if &v.dims == want {
+            return Ok(v.var);
+        }
+        if let Some(var) = self.reshards.get(&(gid, want.clone())) {
+            return Ok(var.clone());
+        }
+        let mut dims = v.dims.clone();
+        let mut var = v.var.clone();
+        for k in 0..g.ndim() {
+            if dims[k] != want[k] && !dims[k].is_empty() {
+                let axes = std::mem::take(&mut dims[k]);
+                let n = self.parts(&axes);
+                let out = self.block(g, &dims).ok_or_else(|| Error::runtime("internal: all_gather block"))?;
+                var = self.coll(Collective::AllGather { axes, axis_size: n, dimension: k, tiled: true }, Some(&var), out);
             }
         }
-        for o in e.outputs.iter_mut() {
-            fix(&mut o.aval);
+        let i32s = ShapedArray::new(&[], DType::I32);
+        let lit = |x: i32| Atom::Lit(Literal { value: Scalar::I32(x), aval: ShapedArray::new(&[], DType::I32) });
+        for k in 0..g.ndim() {
+            if dims[k] != want[k] {
+                dims[k] = want[k].clone();
+                let out = self.block(g, &dims).ok_or_else(|| Error::runtime("internal: slice block"))?;
+                if let Some((x, bd)) = self.broadcasts.get(&var.id).cloned() {
+                    // Dim k is made by the broadcast (not read from the operand): broadcast
+                    // straight to the block.
+                    if bd.iter().position(|&d| d == k).is_none_or(|i| x.aval().shape.get(i) == Some(&1)) {
+                        let p = Primitive::BroadcastInDim { shape: out.shape.clone(), broadcast_dimensions: bd.clone() };
+                        var = self.emit(p, vec![x.clone()], vec![out], None).remove(0);
+                        self.broadcasts.insert(var.id, (x, bd));
+                        continue;
+                    }
+                }
+                let idx = self.coll(Collective::AxisIndex { axes: want[k].clone() }, None, i32s.clone());
+                let start = self.emit(Primitive::Mul, vec![Atom::Var(idx), lit(out.shape[k] as i32)], vec![i32s.clone()], None).remove(0);
+                let mut ins = vec![Atom::Var(var.clone())];
+                for j in 0..g.ndim() {
+                    ins.push(if j == k { Atom::Var(start.clone()) } else { lit(0) });
+                }
+                var = self.emit(Primitive::DynamicSlice { slice_sizes: out.shape.clone() }, ins, vec![out], None).remove(0);
+            }
+        }
+        self.reshards.insert((gid, want.clone()), var.clone());
+        Ok(var)
+    }
+
+    /// Operand `a` laid out as `want` (literals as they are).
+    fn operand(&mut self, a: &Atom, vals: &mut HashMap<u32, Val>, want: &Dims) -> Result<Atom> {
+        match a {
+            Atom::Lit(_) => Ok(a.clone()),
+            Atom::Var(v) => Ok(Atom::Var(self.reshard(v.id, vals, &v.aval, want)?)),
         }
     }
-    for a in jx.outvars.iter_mut() {
+
+    /// The current dims of `a` with any pending reduction combined.
+    fn settled_dims(&mut self, a: &Atom, vals: &mut HashMap<u32, Val>) -> Result<Dims> {
+        match a {
+            Atom::Lit(_) => Ok(vec![]),
+            Atom::Var(v) => {
+                let cur = vals.get(&v.id).cloned().ok_or_else(|| Error::runtime("internal: partitioner lost a value"))?;
+                if cur.partial.is_some() {
+                    let s = self.settle(&cur, &v.aval, &cur.dims)?;
+                    vals.insert(v.id, s);
+                }
+                Ok(vals[&v.id].dims.clone())
+            }
+        }
+    }
+}
+
+/// One step of a device's run.
+enum Step {
+    /// A compiled segment: reads `ins`, defines `outs` (per-device var ids).
+    Run { exe: ExecutableRef, ins: Vec<u32>, outs: Vec<u32> },
+    /// A collective meeting the other devices.
+    Coll { c: Collective, x: Option<u32>, out: Var },
+}
+
+/// A partitioned program: the per-device jaxpr, its compiled steps, where arguments and
+/// results go.
+pub(crate) struct Plan {
+    /// The per-device program (constants first among its invars).
+    pub(crate) program: Jaxpr,
+    steps: Vec<Step>,
+    /// Per-device var id of each constant, then of each argument.
+    in_ids: Vec<u32>,
+    /// Per result: per-device var id, global type, sharding.
+    outs: Vec<(u32, ShapedArray, NamedSharding)>,
+    /// How many collectives (communication: not `axis_index`) each device runs per call.
+    pub(crate) collectives: usize,
+    /// Each segment's optimized IR (for `Compiled::as_text`).
+    segment_ir: Vec<String>,
+}
+
+/// Equations the partitioner leaves to the gather path: collectives and `shard_map`
+/// (already per-device), effects, and host callbacks (a callback sees the global array
+/// once, as in JAX), also inside sub-jaxprs.
+fn bails(p: &Primitive) -> bool {
+    matches!(p, Primitive::Collective(_) | Primitive::ShardMap(_) | Primitive::DebugCallback { .. } | Primitive::PureCallback { .. } | Primitive::IoCallback { .. })
+        || p.has_effects()
+        || p.sub_jaxprs().iter().any(|j| j.eqns.iter().any(|e| bails(&e.primitive)))
+}
+
+/// Plans `j` on arguments laid out as `args` (per-device dims: a whole argument is
+/// replicated), with the propagation starting from `declared` (the arguments' shardings)
+/// and results laid out as `want` (per result; `None`: the propagated sharding).
+/// `Ok(None)`: not partitionable (gather path).
+fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str, opts: &StageOptions) -> Result<Option<Plan>> {
+    let jx = &j.jaxpr;
+    if jx.has_effects() || jx.eqns.is_empty() || jx.eqns.iter().any(|e| bails(&e.primitive)) || jx.outvars.iter().any(|a| matches!(a, Atom::Lit(_))) {
+        return Ok(None);
+    }
+    let max_id = jx
+        .constvars
+        .iter()
+        .chain(&jx.invars)
+        .map(|v| v.id)
+        .chain(jx.eqns.iter().flat_map(|e| e.outputs.iter().map(|v| v.id)))
+        .max()
+        .unwrap_or(0);
+    let mut b = Builder { mesh, next: max_id + 1, eqns: vec![], reshards: HashMap::new(), broadcasts: HashMap::new() };
+    let mut vals: HashMap<u32, Val> = HashMap::new();
+    let mut prop: HashMap<u32, Dims> = HashMap::new();
+    let mut invars = vec![];
+    for v in &jx.constvars {
+        let pv = b.fresh(v.aval.clone());
+        invars.push(pv.clone());
+        vals.insert(v.id, Val { var: pv, dims: replicated(v.aval.ndim()), partial: None });
+        prop.insert(v.id, replicated(v.aval.ndim()));
+    }
+    for ((v, d), dd) in jx.invars.iter().zip(args).zip(declared) {
+        let Some(block) = b.block(&v.aval, d) else { return Ok(None) };
+        let pv = b.fresh(block);
+        invars.push(pv.clone());
+        vals.insert(v.id, Val { var: pv, dims: d.clone(), partial: None });
+        prop.insert(v.id, dd.clone());
+    }
+    let prop_of = |prop: &HashMap<u32, Dims>, a: &Atom| match a {
+        Atom::Var(v) => prop.get(&v.id).cloned().unwrap_or_else(|| replicated(v.aval.ndim())),
+        Atom::Lit(_) => vec![],
+    };
+    for e in &jx.eqns {
+        let in_avals: Vec<&ShapedArray> = e.inputs.iter().map(|a| a.aval()).collect();
+        let in_prop: Vec<Dims> = e.inputs.iter().map(|a| prop_of(&prop, a)).collect();
+        let out_avals: Vec<ShapedArray> = e.outputs.iter().map(|v| v.aval.clone()).collect();
+        let out_prop = crate::sharding_rules::eqn_rule(&e.primitive, mesh, &in_avals, &in_prop, &out_avals)?;
+        for (v, d) in e.outputs.iter().zip(&out_prop) {
+            prop.insert(v.id, d.clone());
+        }
+        let one_out = e.outputs.len() == 1;
+        let og = &e.outputs[0].aval;
+        use Primitive::*;
+        let done: Option<Val> = match &e.primitive {
+            p if elementwise(p) && one_out && e.inputs.iter().all(|a| a.aval().ndim() == 0 || a.aval().shape == og.shape) => {
+                let want = b.fit(og, &out_prop[0]);
+                let mut ins = vec![];
+                for a in &e.inputs {
+                    let w = if a.aval().ndim() == 0 { vec![] } else { want.clone() };
+                    ins.push(b.operand(a, &mut vals, &w)?);
+                }
+                let out = b.block(og, &want).ok_or_else(|| Error::runtime("internal: elementwise block"))?;
+                let v = b.emit(e.primitive.clone(), ins, vec![out], Some(e)).remove(0);
+                Some(Val { var: v, dims: want, partial: None })
+            }
+            DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, .. } if one_out && e.inputs.len() == 2 => {
+                let (lg, rg) = (e.inputs[0].aval().clone(), e.inputs[1].aval().clone());
+                let l = b.settled_dims(&e.inputs[0], &mut vals)?;
+                let r = b.settled_dims(&e.inputs[1], &mut vals)?;
+                let o = b.fit(og, &out_prop[0]);
+                let (mut lw, mut rw) = (replicated(lg.ndim()), replicated(rg.ndim()));
+                let mut pos = 0;
+                for (&x, &y) in lhs_batch.iter().zip(rhs_batch) {
+                    lw[x] = o[pos].clone();
+                    rw[y] = o[pos].clone();
+                    pos += 1;
+                }
+                for d in (0..lg.ndim()).filter(|d| !lhs_contracting.contains(d) && !lhs_batch.contains(d)) {
+                    lw[d] = o[pos].clone();
+                    pos += 1;
+                }
+                for d in (0..rg.ndim()).filter(|d| !rhs_contracting.contains(d) && !rhs_batch.contains(d)) {
+                    rw[d] = o[pos].clone();
+                    pos += 1;
+                }
+                let mut used: Vec<String> = o.iter().flatten().cloned().collect();
+                let mut contract: Vec<String> = vec![];
+                for (&x, &y) in lhs_contracting.iter().zip(rhs_contracting) {
+                    if !l.is_empty() && !r.is_empty() && l[x] == r[y] && !l[x].is_empty() && !l[x].iter().any(|a| used.contains(a)) {
+                        lw[x] = l[x].clone();
+                        rw[y] = r[y].clone();
+                        contract.extend(l[x].iter().cloned());
+                        used.extend(l[x].iter().cloned());
+                    }
+                }
+                match (b.block(&lg, &lw), b.block(&rg, &rw), b.block(og, &o)) {
+                    (Some(_), Some(_), Some(out)) => {
+                        let x = b.operand(&e.inputs[0], &mut vals, &lw)?;
+                        let y = b.operand(&e.inputs[1], &mut vals, &rw)?;
+                        let v = b.emit(e.primitive.clone(), vec![x, y], vec![out], Some(e)).remove(0);
+                        Some(Val { var: v, dims: o, partial: (!contract.is_empty()).then_some((Combine::Sum, contract)) })
+                    }
+                    _ => None,
+                }
+            }
+            ReduceSum { axes } | ReduceMax { axes } | ReduceMin { axes } if one_out && e.inputs.len() == 1 => {
+                let d = b.settled_dims(&e.inputs[0], &mut vals)?;
+                let x = b.operand(&e.inputs[0], &mut vals, &d)?;
+                let dims: Dims = d.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, a)| a.clone()).collect();
+                let mut sorted = axes.clone();
+                sorted.sort_unstable();
+                let over: Vec<String> = sorted.iter().flat_map(|&k| d.get(k).cloned().unwrap_or_default()).collect();
+                let op = match &e.primitive {
+                    ReduceSum { .. } => Combine::Sum,
+                    ReduceMax { .. } => Combine::Max,
+                    _ => Combine::Min,
+                };
+                let out = b.block(og, &dims).ok_or_else(|| Error::runtime("internal: reduction block"))?;
+                let v = b.emit(e.primitive.clone(), vec![x], vec![out], Some(e)).remove(0);
+                Some(Val { var: v, dims, partial: (!over.is_empty()).then_some((op, over)) })
+            }
+            BroadcastInDim { shape, broadcast_dimensions } if one_out && e.inputs.len() == 1 => {
+                let ig = e.inputs[0].aval().clone();
+                let mut d = b.settled_dims(&e.inputs[0], &mut vals)?;
+                let mut dims = replicated(shape.len());
+                for (i, &od) in broadcast_dimensions.iter().enumerate() {
+                    if ig.shape[i] == shape[od] {
+                        dims[od] = d[i].clone();
+                    } else {
+                        d[i] = vec![];
+                    }
+                }
+                let x = b.operand(&e.inputs[0], &mut vals, &d)?;
+                let out = b.block(og, &dims).ok_or_else(|| Error::runtime("internal: broadcast block"))?;
+                let p = BroadcastInDim { shape: out.shape.clone(), broadcast_dimensions: broadcast_dimensions.clone() };
+                let v = b.emit(p, vec![x.clone()], vec![out], Some(e)).remove(0);
+                b.broadcasts.insert(v.id, (x, broadcast_dimensions.clone()));
+                Some(Val { var: v, dims, partial: None })
+            }
+            ShardingConstraint { sharding } if one_out && e.inputs.len() == 1 && og.ndim() > 0 => {
+                let want = if &sharding.mesh == mesh { b.fit(og, &crate::sharding_rules::dims_of(&sharding.spec, og.ndim())) } else { b.fit(og, &out_prop[0]) };
+                match b.operand(&e.inputs[0], &mut vals, &want)? {
+                    Atom::Var(v) => Some(Val { var: v, dims: want, partial: None }),
+                    Atom::Lit(_) => None,
+                }
+            }
+            Transpose { permutation } if one_out && e.inputs.len() == 1 => {
+                let d = b.settled_dims(&e.inputs[0], &mut vals)?;
+                let x = b.operand(&e.inputs[0], &mut vals, &d)?;
+                let dims: Dims = permutation.iter().map(|&p| d[p].clone()).collect();
+                let out = b.block(og, &dims).ok_or_else(|| Error::runtime("internal: transpose block"))?;
+                let v = b.emit(e.primitive.clone(), vec![x], vec![out], Some(e)).remove(0);
+                Some(Val { var: v, dims, partial: None })
+            }
+            Reshape { .. } if one_out && e.inputs.len() == 1 => {
+                let ig = e.inputs[0].aval().clone();
+                let d = b.settled_dims(&e.inputs[0], &mut vals)?;
+                let kept = crate::sharding_rules::eqn_rule(&e.primitive, mesh, &[&ig], std::slice::from_ref(&d), std::slice::from_ref(og)).ok().and_then(|mut o| o.pop());
+                let count = |x: &Dims| x.iter().map(|a| a.len()).sum::<usize>();
+                let (d, dims) = match kept {
+                    Some(o) if count(&o) == count(&d) && b.block(og, &o).is_some() => (d, o),
+                    _ => (replicated(ig.ndim()), replicated(og.ndim())),
+                };
+                let x = b.operand(&e.inputs[0], &mut vals, &d)?;
+                let out = b.block(og, &dims).ok_or_else(|| Error::runtime("internal: reshape block"))?;
+                let v = b.emit(Reshape { new_sizes: out.shape.clone() }, vec![x], vec![out], Some(e)).remove(0);
+                Some(Val { var: v, dims, partial: None })
+            }
+            _ => None,
+        };
+        match done {
+            Some(v) => {
+                vals.insert(e.outputs[0].id, v);
+            }
+            None => {
+                // Whole: operands gathered, results replicated.
+                let mut ins = vec![];
+                for a in &e.inputs {
+                    ins.push(b.operand(a, &mut vals, &replicated(a.aval().ndim()))?);
+                }
+                let outs = b.emit(e.primitive.clone(), ins, out_avals.clone(), Some(e));
+                for (g, v) in e.outputs.iter().zip(outs) {
+                    vals.insert(g.id, Val { var: v, dims: replicated(g.aval.ndim()), partial: None });
+                }
+            }
+        }
+    }
+    // Results laid out as asked, else as propagated.
+    let mut outvars = vec![];
+    let mut outs = vec![];
+    for (k, a) in jx.outvars.iter().enumerate() {
+        let Atom::Var(g) = a else { return Ok(None) };
+        let asked = want.get(k).cloned().flatten().filter(|w| b.fit(&g.aval, w) == *w);
+        let target = asked.clone().unwrap_or_else(|| b.fit(&g.aval, &prop_of(&prop, a)));
+        let v = b.reshard(g.id, &mut vals, &g.aval, &target)?;
+        outvars.push(Atom::Var(v.clone()));
+        let spec = if target.iter().all(|e| e.is_empty()) { PartitionSpec::default() } else { spec_of(&target) };
+        let ns = NamedSharding { mesh: mesh.clone(), spec, memory_kind: crate::runtime::memory_kind::MemoryKind::Device };
+        outs.push((v.id, g.aval.clone(), ns));
+    }
+    let program = dce(Jaxpr { constvars: vec![], invars: invars.clone(), eqns: std::mem::take(&mut b.eqns), outvars });
+    let collectives = program.eqns.iter().filter(|e| matches!(&e.primitive, Primitive::Collective(c) if !matches!(c, Collective::AxisIndex { .. }))).count();
+    let (steps, segment_ir) = segments(&program, name, opts)?;
+    Ok(Some(Plan {
+        in_ids: invars.iter().map(|v| v.id).collect(),
+        program,
+        steps,
+        outs,
+        collectives,
+        segment_ir,
+    }))
+}
+
+/// `p` without equations whose results nothing uses (every device drops the same ones,
+/// collectives included, so the devices still meet at the same collectives).
+fn dce(mut p: Jaxpr) -> Jaxpr {
+    let mut live: std::collections::HashSet<u32> = p.outvars.iter().filter_map(|a| if let Atom::Var(v) = a { Some(v.id) } else { None }).collect();
+    let mut keep = vec![false; p.eqns.len()];
+    for (i, e) in p.eqns.iter().enumerate().rev() {
+        if e.outputs.iter().any(|v| live.contains(&v.id)) {
+            keep[i] = true;
+            live.extend(e.inputs.iter().filter_map(|a| if let Atom::Var(v) = a { Some(v.id) } else { None }));
+        }
+    }
+    let mut k = keep.into_iter();
+    p.eqns.retain(|_| k.next().unwrap_or(true));
+    p
+}
+
+/// Cuts `p` at its collectives into compiled segments.
+fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Vec<String>)> {
+    // Last use (step index) of each var: later segments, collectives and the results.
+    let n = p.eqns.len();
+    let mut last_use: HashMap<u32, usize> = HashMap::new();
+    for (i, e) in p.eqns.iter().enumerate() {
+        for a in &e.inputs {
+            if let Atom::Var(v) = a {
+                last_use.insert(v.id, i);
+            }
+        }
+    }
+    for a in &p.outvars {
         if let Atom::Var(v) = a {
-            fix(&mut v.aval);
+            last_use.insert(v.id, n);
         }
     }
-    ClosedJaxpr { jaxpr: jx, consts: vec![] }
+    let mut steps = vec![];
+    let mut irs = vec![];
+    let mut i = 0;
+    while i < n {
+        if let Primitive::Collective(c) = &p.eqns[i].primitive {
+            let x = p.eqns[i].inputs.first().and_then(|a| match a {
+                Atom::Var(v) => Some(v.id),
+                Atom::Lit(_) => None,
+            });
+            steps.push(Step::Coll { c: c.clone(), x, out: p.eqns[i].outputs[0].clone() });
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < n && !matches!(p.eqns[i].primitive, Primitive::Collective(_)) {
+            i += 1;
+        }
+        let eqns = &p.eqns[start..i];
+        let mut defined: Vec<u32> = vec![];
+        let mut ins: Vec<Var> = vec![];
+        for e in eqns {
+            for a in &e.inputs {
+                if let Atom::Var(v) = a
+                    && !defined.contains(&v.id)
+                    && !ins.iter().any(|x| x.id == v.id)
+                {
+                    ins.push(v.clone());
+                }
+            }
+            defined.extend(e.outputs.iter().map(|v| v.id));
+        }
+        let outs: Vec<Var> =
+            eqns.iter().flat_map(|e| e.outputs.iter()).filter(|v| last_use.get(&v.id).is_some_and(|&u| u >= i)).cloned().collect();
+        if outs.is_empty() {
+            continue;
+        }
+        let seg = Jaxpr { constvars: vec![], invars: ins.clone(), eqns: eqns.to_vec(), outvars: outs.iter().cloned().map(Atom::Var).collect() };
+        let exe = crate::transform::pipeline::compile_jaxpr(&ClosedJaxpr { jaxpr: seg, consts: vec![] }, name, opts)?.executable;
+        irs.push(exe.optimized_ir().to_string());
+        steps.push(Step::Run { exe, ins: ins.iter().map(|v| v.id).collect(), outs: outs.iter().map(|v| v.id).collect() });
+    }
+    Ok((steps, irs))
 }
 
 static PARTITIONED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -118,80 +591,207 @@ pub fn partitioned_calls() -> u64 {
     PARTITIONED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-type Key = (usize, Vec<usize>);
+type Key = (usize, Vec<Dims>, Vec<Dims>, Vec<Option<Dims>>, Option<u8>, String);
 
-fn exe_cache() -> &'static Mutex<HashMap<Key, (Arc<ClosedJaxpr>, crate::transform::pipeline::ExecutableRef)>> {
-    static C: OnceLock<Mutex<HashMap<Key, (Arc<ClosedJaxpr>, crate::transform::pipeline::ExecutableRef)>>> = OnceLock::new();
+#[allow(clippy::type_complexity)]
+fn plan_cache() -> &'static Mutex<HashMap<Key, (Arc<ClosedJaxpr>, Option<Arc<Plan>>)>> {
+    static C: OnceLock<Mutex<HashMap<Key, (Arc<ClosedJaxpr>, Option<Arc<Plan>>)>>> = OnceLock::new();
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Runs `j` partitioned on `inputs` when it is shard-local and every sharded input's
-/// shards are at hand; `Ok(None)` means "take the gather path". `name` names the
-/// per-shard executable (`jit(name)`). Results are sharded arrays built from per-device
-/// buffers, committed to the mesh.
-pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &crate::sharding::Mesh) -> Result<Option<Vec<Array>>> {
-    let ins: Vec<Dims> = crate::sharding::input_dims(inputs, mesh);
-    let Some((shape, dims)) = shard_local(j, &ins) else { return Ok(None) };
-    let ns = NamedSharding { mesh: mesh.clone(), spec: crate::sharding_rules::spec_of(&dims), memory_kind: crate::runtime::memory_kind::MemoryKind::Device };
-    let blocks: Vec<(u32, BlockIndex)> = ns.blocks(&shape)?;
-    // Each input's per-device data: its shard for sharded inputs, the whole for 0-d ones.
-    let mut per_input: Vec<Option<HashMap<u32, Arc<DeviceArray>>>> = Vec::with_capacity(inputs.len());
-    for d in inputs {
-        if d.aval.ndim() == 0 {
-            per_input.push(None);
-            continue;
+/// Drops every cached plan and its per-device executables (`clear_executable_cache`).
+pub(crate) fn clear_plans() {
+    plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// The plan of `j` (cached per jaxpr and layouts); `None`: gather path.
+pub(crate) fn cached_plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str, opts: &StageOptions) -> Result<Option<Arc<Plan>>> {
+    if args.iter().all(|d| d.iter().all(|e| e.is_empty())) {
+        return Ok(None); // nothing is split: the single-device program is the plan
+    }
+    let precision = format!("{:?}", crate::lax::precision::default_matmul_precision());
+    let key: Key = (j as *const ClosedJaxpr as usize, args.to_vec(), declared.to_vec(), want.to_vec(), opts.opt_level, precision);
+    if let Some((jj, p)) = plan_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key)
+        && **jj == *j
+    {
+        return Ok(p.clone());
+    }
+    let p = plan(j, mesh, args, declared, want, name, opts)?.map(Arc::new);
+    plan_cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, (Arc::new(j.clone()), p.clone()));
+    Ok(p)
+}
+
+/// Per argument: its per-device layout (its sharding when its shards exist, else whole)
+/// and its declared sharding.
+fn layouts(inputs: &[Arc<DeviceArray>], mesh: &Mesh) -> (Vec<Dims>, Vec<Dims>) {
+    let declared = crate::sharding::input_dims(inputs, mesh);
+    let args = inputs
+        .iter()
+        .zip(&declared)
+        .map(|(d, dd)| if crate::sharding::shard_map_of(d).is_some() { dd.clone() } else { replicated(d.aval.ndim()) })
+        .collect();
+    (args, declared)
+}
+
+/// The text `Compiled::as_text` shows for a call on arguments split as `args`: the path, and for a
+/// partitioned program the per-device jaxpr with its collectives and each compiled
+/// segment's optimized IR. `None`: the gather path.
+pub(crate) fn describe(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &StageOptions) -> Option<String> {
+    let p = cached_plan(j, mesh, args, args, &[], "compiled", opts).ok().flatten()?;
+    Some(plan_text(&p, mesh))
+}
+
+/// The same text for the plan a jit call on `inputs` ran (`%compile`); `None`: gather path.
+pub(crate) fn describe_call(j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<String> {
+    let (args, declared) = layouts(inputs, mesh);
+    let p = cached_plan(j, mesh, &args, &declared, want, "compiled", opts).ok().flatten()?;
+    Some(plan_text(&p, mesh))
+}
+
+fn plan_text(p: &Plan, mesh: &Mesh) -> String {
+    let mut s = format!(
+        "// jaxrepl: arguments sharded over {mesh}; path: partitioned (one per-device program on each of the {} devices at once, {} collective{} per device; no gather).\n// per-device program:\n",
+        mesh.size(),
+        p.collectives,
+        if p.collectives == 1 { "" } else { "s" }
+    );
+    for line in p.program.to_string().lines() {
+        s.push_str("//   ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    for (k, ir) in p.segment_ir.iter().enumerate() {
+        if p.segment_ir.len() > 1 {
+            s.push_str(&format!("// segment {k}:\n"));
         }
-        match crate::sharding::shard_map_of(d) {
-            Some(m) => per_input.push(Some(m)),
-            None => return Ok(None),
+        s.push_str(ir);
+        if !ir.ends_with('\n') {
+            s.push('\n');
         }
     }
-    let block_shape: Vec<usize> = blocks[0].1.iter().map(|b| b.1).collect();
-    let key: Key = (j as *const ClosedJaxpr as usize, block_shape.clone());
-    let cached = exe_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key).map(|(jj, e)| (jj.clone(), e.clone()));
-    let exe = match cached {
-        Some((jj, e)) if *jj == *j => e,
-        _ => {
-            let shard_j = per_shard(j, &block_shape);
-            let exe = crate::transform::pipeline::compile_jaxpr(&shard_j, name, &crate::transform::pipeline::StageOptions::default())?.executable;
-            exe_cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, (Arc::new(j.clone()), exe.clone()));
-            exe
-        }
-    };
-    let out_avals: Vec<ShapedArray> = j.jaxpr.out_avals();
-    // Per output: one pending shard per device.
-    let mut out_shards: Vec<Vec<(u32, BlockIndex, Arc<DeviceArray>)>> = vec![vec![]; out_avals.len()];
-    for (dev, idx) in &blocks {
-        let outs: Vec<Arc<DeviceArray>> = out_avals
-            .iter()
-            .map(|a| DeviceArray::pending_on(ShapedArray { shape: block_shape.clone(), ..a.clone() }, Placement { device: *dev, committed: true }))
-            .collect();
-        let mut args: Vec<Arc<DeviceArray>> = Vec::with_capacity(inputs.len());
-        for (d, m) in inputs.iter().zip(&per_input) {
+    s
+}
+
+/// Serializes the submission of partitioned calls, so every device worker sees their
+/// collectives in the same order.
+static SUBMIT: Mutex<()> = Mutex::new(());
+
+/// Runs `j` partitioned on `inputs` (`want`: per result, the layout asked by
+/// `out_shardings`, else the propagated one); `Ok(None)` means "take the gather path".
+/// `name` names the per-device executables (`jit(name)`), compiled with `opts` (the
+/// caller's optimisation level; the matmul precision in effect applies). Results are sharded arrays
+/// built from per-device buffers, committed to the mesh. Errors: compilation errors; a
+/// device's runtime error is the results' error.
+pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Result<Option<Vec<Array>>> {
+    let (args, declared) = layouts(inputs, mesh);
+    let Some(plan) = cached_plan(j, mesh, &args, &declared, want, name, opts)? else { return Ok(None) };
+    // Per argument: its per-device shards when they exist (replicated ones too: each
+    // device reads its own copy), else the whole value every device reads.
+    let shard_maps: Vec<Option<HashMap<u32, Arc<DeviceArray>>>> = inputs.iter().map(|d| crate::sharding::shard_map_of(d)).collect();
+    let consts: Vec<Arc<Buffer>> = j.consts.clone();
+    let ids = mesh.device_ids().to_vec();
+    let run = crate::runtime::collectives::MeshRun::new(mesh);
+    // Per result: one pending shard per device.
+    let mut out_shards: Vec<Vec<(u32, crate::sharding::BlockIndex, Arc<DeviceArray>)>> = vec![vec![]; plan.outs.len()];
+    let blocks: Vec<HashMap<u32, crate::sharding::BlockIndex>> =
+        plan.outs.iter().map(|(_, g, ns)| ns.blocks(&g.shape).map(|b| b.into_iter().collect())).collect::<Result<_>>()?;
+    let out_avals: Vec<ShapedArray> =
+        plan.outs.iter().map(|(id, _, _)| plan.program.outvars.iter().find(|a| matches!(a, Atom::Var(v) if v.id == *id)).map(|a| a.aval().clone())).collect::<Option<_>>().ok_or_else(|| Error::runtime("internal: partitioned result"))?;
+    let _order = SUBMIT.lock().unwrap_or_else(|e| e.into_inner());
+    for (k, &dev) in ids.iter().enumerate() {
+        let mut dargs: Vec<Arc<DeviceArray>> = Vec::with_capacity(inputs.len());
+        for (d, m) in inputs.iter().zip(&shard_maps) {
             match m {
-                None => args.push(d.clone()),
-                Some(m) => match m.get(dev) {
-                    Some(s) => args.push(s.clone()),
-                    None => return Ok(None),
-                },
+                None => dargs.push(d.clone()),
+                Some(m) => dargs.push(m.get(&dev).cloned().ok_or_else(|| Error::runtime(format!("internal: no shard on device {dev}")))?),
             }
         }
-        let exe = exe.clone();
-        dispatch::submit_on(*dev, outs.clone(), move || {
-            let bufs = args.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;
-            let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
-            exe.execute(&refs)
-        });
-        for (k, o) in outs.into_iter().enumerate() {
-            out_shards[k].push((*dev, idx.clone(), o));
+        let outs: Vec<Arc<DeviceArray>> = out_avals.iter().map(|a| DeviceArray::pending_on(a.clone(), Placement { device: dev, committed: true })).collect();
+        for (i, o) in outs.iter().enumerate() {
+            let idx = blocks[i].get(&dev).cloned().ok_or_else(|| Error::runtime("internal: result block"))?;
+            out_shards[i].push((dev, idx, o.clone()));
         }
+        let (plan, run, consts) = (plan.clone(), run.clone(), consts.clone());
+        dispatch::submit_on(dev, outs, move || {
+            let r = run.as_device(k, || execute(&plan, dev, &consts, &dargs));
+            if r.is_err() {
+                run.poison();
+            }
+            r
+        });
     }
+    drop(_order);
     PARTITIONED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Some(
-        out_avals
-            .into_iter()
+        plan.outs
+            .iter()
             .zip(out_shards)
-            .map(|(aval, shards)| Array::from_device(crate::sharding::sharded_from_shards(aval, ns.clone(), shards)))
+            .map(|((_, g, ns), shards)| Array::from_device(crate::sharding::sharded_from_shards(g.clone(), ns.clone(), shards)))
             .collect(),
     ))
+}
+
+/// One device's run of `plan` (on its worker thread, inside `MeshRun::as_device`).
+fn execute(plan: &Plan, dev: u32, consts: &[Arc<Buffer>], args: &[Arc<DeviceArray>]) -> Result<Vec<Buffer>> {
+    let mut env: HashMap<u32, Arc<Buffer>> = HashMap::with_capacity(plan.program.eqns.len() + args.len());
+    let mut ids = plan.in_ids.iter();
+    for c in consts {
+        if let Some(&id) = ids.next() {
+            env.insert(id, c.clone());
+        }
+    }
+    for a in args {
+        if let Some(&id) = ids.next() {
+            env.insert(id, a.wait()?);
+        }
+    }
+    let get = |env: &HashMap<u32, Arc<Buffer>>, id: u32| env.get(&id).cloned().ok_or_else(|| Error::runtime("internal: partitioned value missing"));
+    for s in &plan.steps {
+        match s {
+            Step::Run { exe, ins, outs } => {
+                let bufs: Vec<Arc<Buffer>> = ins.iter().map(|&i| get(&env, i)).collect::<Result<_>>()?;
+                let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
+                let res = exe.execute(&refs)?;
+                for (&o, b) in outs.iter().zip(res) {
+                    env.insert(o, Arc::new(b));
+                }
+            }
+            Step::Coll { c, x, out } => {
+                let xa = match x {
+                    Some(i) => {
+                        let b = get(&env, *i)?;
+                        let aval = b.aval().clone();
+                        Some(DeviceArray::ready_on(aval, b, Placement { device: dev, committed: true }))
+                    }
+                    None => None,
+                };
+                let r = crate::runtime::collectives::run(c, xa.as_ref(), &out.aval)?;
+                env.insert(out.id, r.wait()?);
+            }
+        }
+    }
+    let outs: Vec<Arc<Buffer>> = plan.outs.iter().map(|(id, _, _)| get(&env, *id)).collect::<Result<_>>()?;
+    drop(env);
+    Ok(outs.into_iter().map(|b| Arc::try_unwrap(b).unwrap_or_else(|a| (*a).clone())).collect())
+}
+
+/// Per result, the layout `out_shardings` asks for on `mesh` (a `NamedSharding` on it, or
+/// a spec under `set_mesh` of it); `None` where it asks for none or another placement
+/// (applied after the call by `device_put`). Result `i` of `n` uses `targets[i]`, or the
+/// single target for all.
+pub(crate) fn wanted(targets: Option<&Vec<crate::sharding::PutTarget>>, avals: &[ShapedArray], mesh: &Mesh) -> Vec<Option<Dims>> {
+    use crate::sharding::{PutTarget, Sharding};
+    let Some(t) = targets else { return vec![] };
+    avals
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let spec = match t.get(i).or(if t.len() == 1 { t.first() } else { None })? {
+                PutTarget::Sharding(Sharding::Named(ns)) if &ns.mesh == mesh && ns.memory_kind == crate::runtime::memory_kind::MemoryKind::Device => ns.spec.clone(),
+                PutTarget::Spec(s) if crate::sharding::get_mesh().as_ref() == Some(mesh) => s.clone(),
+                _ => return None,
+            };
+            (spec.0.len() <= a.ndim()).then(|| crate::sharding_rules::dims_of(&spec, a.ndim()))
+        })
+        .collect()
 }

@@ -168,6 +168,14 @@ fn check_unique(name: &str, mesh: &Mesh, ins: &[(&ShapedArray, &Dims)], out: &Sh
 /// `Explicit` axes (see the module docs).
 pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray], ins: &[Dims], out_avals: &[ShapedArray]) -> Result<Vec<Dims>> {
     let replicated = || out_avals.iter().map(|a| vec![vec![]; a.ndim()]).collect::<Vec<Dims>>();
+    if let Primitive::ShardingConstraint { sharding } = prim {
+        // The constraint's layout on its mesh; on another mesh the operand's.
+        return Ok(vec![match (&sharding.mesh == mesh, out_avals.first(), ins.first()) {
+            (true, Some(a), _) => dims_of(&sharding.spec, a.ndim()),
+            (false, _, Some(d)) => d.clone(),
+            _ => return Ok(replicated()),
+        }]);
+    }
     if let Primitive::DebugCallback { callback, .. } = prim {
         if let Some(d) = ins.first() {
             let spec = spec_of(d);
@@ -366,12 +374,29 @@ pub(crate) fn with_out_sharding<T>(f: impl FnOnce() -> T) -> T {
 
 /// `jax.lax.with_sharding_constraint(x, sharding)`: `x` laid out as `target` (a
 /// `NamedSharding`, or a `PartitionSpec` on the mesh set by `set_mesh`). On concrete arrays
-/// it moves the shards now (`device_put`). Inside `jit` it returns `x` unchanged: the
-/// jitted function's result shardings are the propagated ones, or those given with
-/// `Jitted::out_shardings`. Errors: as `device_put` (no mesh set, divisibility).
+/// it moves the shards now (`device_put`). Inside `jit` it stages a `sharding_constraint`
+/// equation: the propagation gives its result that layout and the partitioner reshards
+/// to it (values unchanged); a device target, or a spec with no mesh set, leaves `x`
+/// unchanged there. Errors: as `device_put` (no mesh set, divisibility); inside `jit`, a
+/// spec longer than `x`'s rank (`ValueError`).
 pub fn with_sharding_constraint(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
     if x.is_tracer() {
-        return Ok(x.clone());
+        let ns = match target.into() {
+            PutTarget::Sharding(Sharding::Named(ns)) => ns,
+            PutTarget::Spec(spec) => match crate::sharding::get_mesh() {
+                Some(m) => NamedSharding::new(&m, spec)?,
+                None => return Ok(x.clone()),
+            },
+            _ => return Ok(x.clone()),
+        };
+        if ns.spec.0.len() > x.ndim() {
+            return Err(Error::value_error(format!(
+                "One of with_sharding_constraint arguments was given the sharding of {ns:?}, which implies that it has a rank of at least {}, but it is {}",
+                ns.spec.0.len(),
+                x.ndim()
+            )));
+        }
+        return crate::lax::bind1(Primitive::ShardingConstraint { sharding: ns }, vec![crate::trace::Operand::Array(x.clone())]);
     }
     crate::sharding::device_put(x, target)
 }
@@ -578,23 +603,15 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
     out
 }
 
-/// The first line of `Compiled::as_text` for a call on sharded arguments: which execution
-/// path it takes. Shard-local programs (`partition.rs`) run one per-shard program on each
-/// device; the others gather their inputs on the mesh's first device.
-pub(crate) fn compiled_header(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations) -> String {
-    match crate::partition::shard_local(jaxpr, &a.ins) {
-        Some((shape, dims)) => {
-            let ns = NamedSharding { mesh: a.mesh.clone(), spec: spec_of(&dims), memory_kind: MemoryKind::Device };
-            let block: Vec<String> = ns.blocks(&shape).ok().and_then(|b| b.first().map(|(_, i)| i.iter().map(|x| x.1.to_string()).collect())).unwrap_or_default();
-            format!(
-                "// jaxrepl: arguments sharded over {}; path: partitioned (shard-local: this program runs on blocks of shape [{}] on each of the {} devices at once; no gather, no collectives).\n",
-                a.mesh,
-                block.join(","),
-                a.mesh.size()
-            )
-        }
+/// `Compiled::as_text` for a call on sharded arguments: which execution path it takes.
+/// Partitioned programs (`partition.rs`) show the per-device program with its collectives
+/// and each compiled segment; the others a first line saying their inputs are gathered on
+/// the mesh's first device, then `global_ir` (the whole program's optimized module).
+pub(crate) fn compiled_text(jaxpr: &crate::ir::ClosedJaxpr, a: &Annotations, global_ir: &str, opts: &crate::transform::pipeline::StageOptions) -> String {
+    match crate::partition::describe(jaxpr, &a.mesh, &a.ins, opts) {
+        Some(s) => s,
         None => format!(
-            "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings). Not shard-local: collectives-based partitioning is not built yet.\n",
+            "// jaxrepl: arguments sharded over {}; path: gathered (inputs assembled on device {}, the whole program runs there; results carry the propagated shardings).\n{global_ir}",
             a.mesh,
             a.mesh.device_ids().first().copied().unwrap_or(0)
         ),

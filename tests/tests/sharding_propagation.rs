@@ -312,14 +312,14 @@ fn lowered_text_shows_shardings() {
     );
     let compiled = lowered.compile().unwrap();
     assert!(compiled.as_text().starts_with("// jaxrepl: arguments sharded over Mesh('X': 4, 'Y': 2"), "{}", compiled.as_text());
-    assert!(compiled.as_text().contains("path: gathered"));
+    assert!(compiled.as_text().contains("path: partitioned") && compiled.as_text().contains("psum[axes=('X',)"), "{}", compiled.as_text());
     // Unsharded arguments: the plain module.
     let plain = f.lower(&Array::from_vec(arange(32), &[8, 4]).unwrap()).unwrap().as_text();
     assert!(plain.starts_with("module @jit_f {\n"), "{plain}");
     assert!(!plain.contains("sdy."));
 }
 
-/// Shard-local programs run per device without a gather: each device's result shard is
+/// Shard-local programs (no collectives needed) run per device without a gather: each device's result shard is
 /// computed on that device's worker from its own input shards; values equal the
 /// single-device run; a chain of such calls stays partitioned.
 #[test]
@@ -357,11 +357,12 @@ fn shard_local_programs_are_partitioned() {
     close(&z2, &f.call((&want, &(host.clone() * 0.5))).unwrap());
     // The compiled text names the path.
     let text = f.lower((&x, &y)).unwrap().compile().unwrap().as_text();
-    assert!(text.starts_with("// jaxrepl: arguments sharded over Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)); path: partitioned (shard-local: this program runs on blocks of shape [2,4]"), "{text}");
+    assert!(text.starts_with("// jaxrepl: arguments sharded over Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)); path: partitioned (one per-device program on each of the 8 devices at once, 0 collectives per device; no gather)."), "{text}");
+    assert!(text.contains("f32[2,4]"), "blocks of shape [2,4]: {text}");
     let g = jit(|a: Array| jnp::sum(&a, Some(&[0])).unwrap());
-    // Not shard-local (a reduction over a sharded dim): gathered, and right.
+    // A reduction over a sharded dim: partitioned with a psum over X (tests/partitioner.rs).
     close(&g.call(&x).unwrap(), &jnp::sum(&host, Some(&[0])).unwrap());
-    assert!(g.lower(&x).unwrap().compile().unwrap().as_text().contains("path: gathered"));
+    assert!(g.lower(&x).unwrap().compile().unwrap().as_text().contains("psum[axes=('X',)"));
     // Replicated along Y: blocks are repeated on both devices of a row.
     let xr = put(&host, &mesh, P!("X", None));
     let zr = f.call((&xr, &put(&(host.clone() * 0.5), &mesh, P!("X", None)))).unwrap();

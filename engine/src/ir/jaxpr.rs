@@ -232,6 +232,9 @@ pub enum Primitive {
     // -- transformations --
     /// identity whose cotangent and tangent are zero (`jax.lax.stop_gradient`)
     StopGradient,
+    /// identity that lays its result out as `sharding` (`jax.lax.with_sharding_constraint`
+    /// inside `jit`; the partitioner reshards to it)
+    ShardingConstraint { sharding: crate::sharding::NamedSharding },
     // -- control flow: sub-jaxprs are closed over nothing; their constants are leading operands --
     /// `cond[branches] index *ops`: runs branch `clamp(index, 0, n-1)` on `ops`
     Cond { branches: Vec<Jaxpr> },
@@ -402,6 +405,7 @@ impl Primitive {
             ReduceMin { .. } => "reduce_min",
             DotGeneral { .. } => "dot_general",
             StopGradient => "stop_gradient",
+            ShardingConstraint { .. } => "sharding_constraint",
             Cond { .. } => "cond",
             While { .. } => "while",
             Scan { .. } => "scan",

@@ -95,6 +95,7 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
             kv("rhs_dilation", py_tuple(rhs_dilation)),
             kv("window_strides", py_tuple(window_strides)),
         ],
+        ShardingConstraint { sharding } => vec![kv("sharding", format!("{sharding:?}"))],
         ReduceWindow { window_dimensions, window_strides, padding, base_dilation, window_dilation, .. } => vec![
             kv("base_dilation", py_tuple(base_dilation)),
             kv("padding", pairs(padding)),

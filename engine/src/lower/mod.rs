@@ -380,6 +380,8 @@ impl Lowerer {
             Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
             // Identity at run time; it only matters to differentiation.
             Primitive::StopGradient => ins.clone(),
+            // Identity on one device; the partitioner lays the value out (`partition.rs`).
+            Primitive::ShardingConstraint { .. } => ins.clone(),
             p if p.call_body().is_some() => self.body(p.call_body().expect("call body"), &[], ins)?,
             p @ (Primitive::Cond { .. } | Primitive::While { .. } | Primitive::Scan { .. }) => {
                 self.control(p, &ins, &eq.outputs)?

@@ -189,6 +189,7 @@ pub fn jvp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ts: &[Opt], out_av
         )?
         .expect("some tangent"),
         StopGradient => return Ok(None),
+        ShardingConstraint { .. } => lax::bind1(p.clone(), vec![arr(&t(0)?)])?,
         _ if p.is_comparison() => return Ok(None),
         _ => return super::ad_rules_ops::jvp(p, ins, outs, ts, out_aval),
     };
@@ -345,6 +346,7 @@ pub fn vjp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ct: &Array) -> Res
             Ok(vec![back(0, dx)?, back(1, dy)?])
         }
         StopGradient => Ok(vec![None]),
+        ShardingConstraint { .. } => Ok(vec![back(0, lax::bind1(p.clone(), vec![arr(ct)])?)?]),
         DebugCallback { .. } | Iota { .. } => Ok(vec![None; ins.len()]),
         _ if p.is_comparison() || matches!(p, And | Or | Not) => Ok(vec![None; ins.len()]),
         _ => super::ad_rules_ops::vjp(p, ins, outs, ct),

@@ -61,6 +61,8 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
     use Primitive::*;
     let one = |x: Array| Ok(vec![BVal { x, batched: true }]);
     match p {
+        // Under vmap the constraint (for the unbatched rank) is dropped.
+        ShardingConstraint { .. } => Ok(vec![BVal { x: ins[0].x.clone(), batched: ins[0].batched }]),
         _ if p.is_unary_elementwise() || matches!(p, ConvertElementType { .. } | BitcastConvertType { .. } | StopGradient) => {
             one(bind(p.clone(), vec![arr(&ins[0].x)], loc)?.remove(0))
         }

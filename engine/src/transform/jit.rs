@@ -415,22 +415,6 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             // shard_map (issue 6): equation by equation; its body runs per device.
             return self.call_shard_map(&entry, &flat);
         }
-        let was_compiled = entry.compiled.get().is_some();
-        let t0 = (!was_compiled).then(Instant::now);
-        let art = self.compiled(&entry)?;
-        crate::magic::note_call(&self.inner.name, &entry);
-        if traced_now || !was_compiled {
-            explain::record(Event {
-                function: self.inner.name.clone(),
-                call_site: source_info(loc),
-                trace_miss: traced_now,
-                trace_secs: if traced_now { entry.trace_secs } else { 0.0 },
-                executable_hit: art.cache_hit,
-                compile_secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
-                reason: None,
-                persistent: art.persistent.as_ref().map(|v| v.text.clone()),
-            });
-        }
         let place = crate::sharding::out_place(
             flat.leaves.iter().filter_map(|l| match l {
                 ArgLeaf::Value(a) => a.device(),
@@ -450,25 +434,73 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             }).collect();
             let place = place.for_jaxpr(&entry.jaxpr, &ins).map_err(|e| e.at(Some(source_info(loc))))?;
             if !entry.donated.iter().any(|d| *d) {
-                // Shard-local programs run per device, without a gather (`partition.rs`).
-                partitioned = crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh)?;
+                // The partitioner: one per-device program with collectives (`partition.rs`);
+                // the whole program is then never compiled.
+                let want = crate::partition::wanted(self.inner.shardings.outs.as_ref(), &entry.jaxpr.jaxpr.out_avals(), &mesh);
+                let opts = StageOptions { donated: vec![], opt_level: Some(self.resolved_opt_level()?) };
+                let t0 = Instant::now();
+                partitioned = {
+                    let _precision = crate::lax::precision::with_default_matmul_precision(entry.matmul_precision)?;
+                    crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want, &opts)?
+                };
+                if partitioned.is_some() {
+                    if crate::magic::capturing() {
+                        // %lower / %compile --stage read the whole program too.
+                        self.compiled(&entry)?;
+                        crate::magic::note_partitioned(crate::partition::describe_call(&entry.jaxpr, &ins, &mesh, &want, &opts));
+                    }
+                    crate::magic::note_call(&self.inner.name, &entry);
+                    if traced_now {
+                        explain::record(Event {
+                            function: self.inner.name.clone(),
+                            call_site: source_info(loc),
+                            trace_miss: true,
+                            trace_secs: entry.trace_secs,
+                            executable_hit: false,
+                            compile_secs: t0.elapsed().as_secs_f64(),
+                            reason: None,
+                            persistent: None,
+                        });
+                    }
+                }
             }
             place
         } else {
             place
         };
-        let outs = if let Some(outs) = partitioned {
-            outs
-        } else if entry.sync {
-            match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
+        let art = if partitioned.is_some() {
+            None
+        } else {
+            let was_compiled = entry.compiled.get().is_some();
+            let t0 = (!was_compiled).then(Instant::now);
+            let art = self.compiled(&entry)?;
+            crate::magic::note_call(&self.inner.name, &entry);
+            crate::magic::note_partitioned(None);
+            if traced_now || !was_compiled {
+                explain::record(Event {
+                    function: self.inner.name.clone(),
+                    call_site: source_info(loc),
+                    trace_miss: traced_now,
+                    trace_secs: if traced_now { entry.trace_secs } else { 0.0 },
+                    executable_hit: art.cache_hit,
+                    compile_secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                    reason: None,
+                    persistent: art.persistent.as_ref().map(|v| v.text.clone()),
+                });
+            }
+            Some(art)
+        };
+        let outs = match (partitioned, art) {
+            (Some(outs), _) => outs,
+            (None, Some(art)) if entry.sync => match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
                 ArgLeaf::Value(a) => a.device().expect("concrete"),
                 ArgLeaf::Spec(_) => unreachable!(),
             }), &place)? {
                 Some(outs) => outs,
                 None => self.run_async(&art.executable, &entry, &flat, &place)?,
-            }
-        } else {
-            self.run_async(&art.executable, &entry, &flat, &place)?
+            },
+            (None, Some(art)) => self.run_async(&art.executable, &entry, &flat, &place)?,
+            (None, None) => return Err(Error::runtime("internal: jit call neither partitioned nor compiled")),
         };
         if crate::debug::nans::enabled() {
             let inputs: Vec<Array> = flat.leaves.iter().filter_map(|l| match l {

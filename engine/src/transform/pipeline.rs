@@ -54,6 +54,7 @@ fn exe_cache() -> &'static Mutex<HashMap<blake3::Hash, ExecutableRef>> {
 /// Drops every cached executable (JAX's `clear_caches`, executable part).
 pub fn clear_executable_cache() {
     exe_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
+    crate::partition::clear_plans();
 }
 
 /// Rewrites a jaxpr for lowering: 0-d operands of elementwise ops with shaped outputs

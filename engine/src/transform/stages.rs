@@ -282,12 +282,17 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     }
     /// The optimized module (after bufferization and loop lowering).
     /// On sharded arguments, a first comment line says which execution path the call
-    /// takes (`sharding_rules::compiled_header`).
+    /// takes; a partitioned program shows its per-device program with the collectives (`sharding_rules::compiled_text`).
     pub fn as_text(&self) -> String {
         match &self.shardings {
-            Some(a) => crate::sharding_rules::compiled_header(&self.jaxpr, a) + self.exe.optimized_ir(),
+            Some(a) => crate::sharding_rules::compiled_text(&self.jaxpr, a, self.exe.optimized_ir(), &self.partition_opts()),
             None => self.exe.optimized_ir().to_string(),
         }
+    }
+    /// The options the partitioner compiles per-device programs with (this compile's
+    /// optimisation level).
+    fn partition_opts(&self) -> super::pipeline::StageOptions {
+        super::pipeline::StageOptions { donated: vec![], opt_level: Some(self.opt_level) }
     }
     /// LLVM IR of the compiled module.
     pub fn llvm_ir(&self) -> Result<String> {
@@ -359,7 +364,7 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
             .collect::<Result<Vec<_>>>()?;
         let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?.for_jaxpr(&self.jaxpr, &inputs)?;
         if let Some(mesh) = place.mesh().filter(|_| !self.donated.iter().any(|d| *d)) {
-            if let Some(outs) = crate::partition::try_run("compiled", &self.jaxpr, &inputs, mesh)? {
+            if let Some(outs) = crate::partition::try_run("compiled", &self.jaxpr, &inputs, mesh, &[], &self.partition_opts())? {
                 return crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone());
             }
         }

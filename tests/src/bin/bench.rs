@@ -767,7 +767,8 @@ fn part_memory(o: &Opts) -> Part {
 // ------------------------------------------------------------------------------------
 
 /// The child of part `multidevice`: 8 devices, `jit(shard_map(psum))` over f32[8, 1e6]
-/// sharded by rows (JAX's `shard_map_psum` workload), first call and steady state.
+/// sharded by rows (JAX's `shard_map_psum` workload), first call and steady state; a
+/// 2048 matmul with A row-sharded (`sharded_matmul_2048`) and the same on one device.
 /// Prints `{"metrics": {..}}`.
 fn child_multidevice() -> jax::Result<Value> {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -807,12 +808,47 @@ fn child_multidevice() -> jax::Result<Value> {
     );
     m.insert("inner".into(), json!(inner));
     metrics.insert("shard_map_psum".into(), Value::Object(m));
+    // JAX's `sharded_matmul_2048`: jit(p @ q, out_shardings=P("i", None)) with A row-sharded
+    // and B replicated (the partitioner: one local [256,2048]x[2048,2048] matmul per device).
+    let m = 2048;
+    let a = rng.normal(&[m, m], 1.0);
+    let b = rng.normal(&[m, m], 1.0);
+    let a_s = device_put(&a, NamedSharding::new(&mesh, P!("i", None))?)?;
+    let b_s = device_put(&b, NamedSharding::new(&mesh, P!())?)?;
+    block_until_ready(a_s.clone())?;
+    block_until_ready(b_s.clone())?;
+    let out = NamedSharding::new(&mesh, P!("i", None))?;
+    let make_mm = || jit(|(p, q): (Array, Array)| p.matmul(&q)).out_shardings(vec![out.clone()]);
+    let mut firsts = vec![];
+    let mut last = None;
+    for _ in 0..o.compile_reps {
+        clear_executable_cache();
+        let f = make_mm();
+        let t0 = Instant::now();
+        block_until_ready(f.call((&a_s, &b_s))?)?;
+        firsts.push(t0.elapsed().as_secs_f64());
+        last = Some(f);
+    }
+    let mm = last.unwrap_or_else(make_mm);
+    metrics.insert("sharded_matmul_2048/first_call".into(), Value::Object(metric("sharded matmul: first call (trace+compile+run)", &firsts, "ms", None)));
+    let flops = 2.0 * (m as f64).powi(3);
+    let (s, inner, _) = bench(&o, 0.2, 1, || block_until_ready(mm.call((&a_s, &b_s))?).map(|_| ()))?;
+    let mut mt = metric(&format!("jit matmul 2048^3, A row-sharded over {ndev} devices"), &s, "ms", Some((flops, "GFLOP/s")));
+    mt.insert("inner".into(), json!(inner));
+    mt.insert("first_call_ms".into(), json!(firsts.first().copied().unwrap_or(f64::NAN) * 1e3));
+    metrics.insert("sharded_matmul_2048".into(), Value::Object(mt));
+    let mm1 = jit(|(p, q): (Array, Array)| p.matmul(&q));
+    block_until_ready(mm1.call((&a, &b))?)?;
+    let (s, inner, _) = bench(&o, 0.2, 1, || block_until_ready(mm1.call((&a, &b))?).map(|_| ()))?;
+    let mut m1 = metric("same matmul on 1 device (in the 8-device process)", &s, "ms", Some((flops, "GFLOP/s")));
+    m1.insert("inner".into(), json!(inner));
+    metrics.insert("single_device_matmul_2048_in_8dev_proc".into(), Value::Object(m1));
     Ok(json!({"metrics": metrics, "n_devices": ndev}))
 }
 
 fn part_multidevice(o: &Opts) -> Part {
     let mut part = Part::default();
-    part.run(&["shard_map_psum", "shard_map_psum/first_call"], |p| {
+    part.run(&["shard_map_psum", "shard_map_psum/first_call", "sharded_matmul_2048", "sharded_matmul_2048/first_call", "single_device_matmul_2048_in_8dev_proc"], |p| {
         let mut args = vec!["--child", "multidevice"];
         if o.cap_s < 3.0 {
             args.push("--quick");

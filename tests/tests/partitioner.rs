@@ -1,0 +1,308 @@
+//! The SPMD partitioner (issue 6) with 8 simulated CPU devices (own test binary:
+//! `jax_num_cpu_devices` is set before the backend starts). Every program runs on sharded
+//! arguments and is compared with the same jitted function on unsharded (single-device)
+//! inputs (f32 tolerance); the result shardings are the propagated ones (or those asked by
+//! `out_shardings`); the compiled text shows the per-device program and its collectives.
+
+use jax::prelude::*;
+use jaxrepl_tests::{eight_cpu_devices, host_array};
+
+fn put(x: &Array, mesh: &Mesh, spec: PartitionSpec) -> Array {
+    device_put(x, NamedSharding::new(mesh, spec).unwrap()).unwrap()
+}
+
+fn close(a: &Array, b: &Array) {
+    assert_eq!(a.shape(), b.shape());
+    let (x, y) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+        assert!((p - q).abs() <= 1e-4 * (1.0 + q.abs()), "element {i}: {p} vs {q}");
+    }
+}
+
+/// Every shard holds its block of `want` (row-major 2-D).
+fn shards_hold_blocks(z: &Array, want: &Array) {
+    let w = want.to_vec::<f32>().unwrap();
+    let cols = want.shape()[1];
+    for s in z.addressable_shards().unwrap() {
+        assert_eq!(s.data.devices().unwrap(), vec![s.device]);
+        let (r0, r1) = s.index[0].unwrap_or((0, want.shape()[0]));
+        let (c0, c1) = s.index[1].unwrap_or((0, cols));
+        let got = s.data.to_vec::<f32>().unwrap();
+        let mut i = 0;
+        for r in r0..r1 {
+            for c in c0..c1 {
+                let q = w[r * cols + c];
+                assert!((got[i] - q).abs() <= 1e-4 * (1.0 + q.abs()), "device {}: ({r},{c}) {} vs {q}", s.device.id, got[i]);
+                i += 1;
+            }
+        }
+    }
+}
+
+fn spec_of(a: &Array) -> String {
+    format!("{:?}", a.sharding().unwrap().spec().cloned().unwrap_or_default())
+}
+
+fn mesh8() -> Mesh {
+    make_mesh(&[8], &["i"], None).unwrap()
+}
+
+fn mesh8_auto() -> Mesh {
+    make_mesh(&[8], &["i"], Some(&[AxisType::Auto])).unwrap()
+}
+
+/// Step 1: a row-sharded lhs times a replicated rhs is one local matmul per device: no
+/// gather, no collective; the result is row-sharded (JAX's bench program).
+#[test]
+fn row_sharded_matmul_is_local() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (a, _) = host_array(&[64, 32], 1);
+    let (b, _) = host_array(&[32, 16], 2);
+    let (pa, pb) = (put(&a, &mesh, P!("i", None)), put(&b, &mesh, P!()));
+    let f = jit(|(p, q): (Array, Array)| p.matmul(&q)).out_shardings(vec![NamedSharding::new(&mesh, P!("i", None)).unwrap()]);
+    let before = jax::sharding::partitioned_calls();
+    let z = f.call((&pa, &pb)).unwrap();
+    assert!(jax::sharding::partitioned_calls() > before, "runs partitioned");
+    let want = jit(|(p, q): (Array, Array)| p.matmul(&q)).call((&a, &b)).unwrap();
+    close(&z, &want);
+    assert_eq!(typeof_(&z).to_string(), "float32[64@i,16]");
+    shards_hold_blocks(&z, &want);
+    let text = jit(|(p, q): (Array, Array)| p.matmul(&q)).lower((&pa, &pb)).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("path: partitioned"), "{text}");
+    // %compile shows the same per-device program; %lower the global module.
+    let magic = jax::magic::compile(|| f.call((&pa, &pb))).unwrap().0;
+    assert!(magic.contains("path: partitioned") && magic.contains("f32[8,32]"), "{magic}");
+    let lowered = jax::magic::lower(|| f.call((&pa, &pb))).unwrap().0;
+    assert!(lowered.contains("tensor<64x32xf32>"), "{lowered}");
+    assert!(text.contains("0 collectives per device"), "{text}");
+    assert!(text.contains("dot_general") && text.contains("f32[8,32]"), "the per-device program works on [8,32] blocks:\n{text}");
+    // An uncommitted unsharded rhs is read whole by every device.
+    let z2 = f.call((&pa, &b)).unwrap();
+    close(&z2, &want);
+    // Mixed with elementwise producers and consumers, and a bias broadcast from a
+    // replicated vector (sliced on each device).
+    let (bias, _) = host_array(&[16], 3);
+    let g = |(p, q, c): (Array, Array, Array)| ((p * 2.0).matmul(&q) + 1.0 + c).tanh();
+    let z = jit(g).call((&pa, &pb, &bias)).unwrap();
+    let want = jit(g).call((&a, &b, &bias)).unwrap();
+    close(&z, &want);
+    assert_eq!(typeof_(&z).to_string(), "float32[64@i,16]");
+    shards_hold_blocks(&z, &want);
+    let text = jit(g).lower((&pa, &pb, &bias)).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("0 collectives per device"), "{text}");
+    assert!(text.contains("f32[8,16] = broadcast_in_dim[broadcast_dimensions=(1,)]"), "the bias is broadcast to the block:\n{text}");
+    assert!(!text.contains("dynamic_slice"), "{text}");
+    // A chain of partitioned calls stays partitioned and right.
+    let h = jit(|(p, q): (Array, Array)| (p.matmul(&q)).sin());
+    let (sq, _) = host_array(&[32, 32], 4);
+    let psq = put(&sq, &mesh, P!());
+    let z3 = h.call((&h.call((&pa, &psq)).unwrap(), &psq)).unwrap();
+    close(&z3, &h.call((&h.call((&a, &sq)).unwrap(), &sq)).unwrap());
+}
+
+/// Step 2: a contraction over a dim sharded on both operands is a local product plus a
+/// psum (replicated result), or a reduce_scatter when `out_shardings` splits the result.
+#[test]
+fn sharded_contraction_all_reduces() {
+    eight_cpu_devices();
+    let mesh = mesh8_auto();
+    let (a, _) = host_array(&[16, 64], 5);
+    let (b, _) = host_array(&[64, 24], 6);
+    let (pa, pb) = (put(&a, &mesh, P!(None, "i")), put(&b, &mesh, P!("i", None)));
+    let mm = |(p, q): (Array, Array)| p.matmul(&q);
+    let want = jit(mm).call((&a, &b)).unwrap();
+    let f = jit(mm);
+    let z = f.call((&pa, &pb)).unwrap();
+    close(&z, &want);
+    assert_eq!(spec_of(&z), "P()");
+    let text = f.lower((&pa, &pb)).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("path: partitioned") && text.contains("psum[axes=('i',)"), "{text}");
+    let magic = jax::magic::compile(|| f.call((&pa, &pb))).unwrap().0;
+    assert!(magic.contains("psum[axes=('i',)"), "{magic}");
+    // An unsharded call shows the whole program's module.
+    assert!(!jax::magic::compile(|| f.call((&a, &b))).unwrap().0.contains("path:"));
+    assert!(!text.contains("all_gather"), "{text}");
+    // out_shardings splits the summed result: reduce_scatter instead of psum.
+    let fs = jit(mm).out_shardings(vec![NamedSharding::new(&mesh, P!("i", None)).unwrap()]);
+    let zs = fs.call((&pa, &pb)).unwrap();
+    close(&zs, &want);
+    assert_eq!(spec_of(&zs), "P('i', None)");
+    shards_hold_blocks(&zs, &want);
+    // x.T @ x with x row-sharded: the transpose leaves the contracting dims split alike.
+    let (x, _) = host_array(&[64, 8], 7);
+    let px = put(&x, &mesh, P!("i", None));
+    let gram = |x: Array| x.t().matmul(&x);
+    close(&jit(gram).call(&px).unwrap(), &jit(gram).call(&x).unwrap());
+    // Two mesh axes: contract over Y, keep rows split over X.
+    let m2 = make_mesh(&[4, 2], &["X", "Y"], Some(&[AxisType::Auto, AxisType::Auto])).unwrap();
+    let (c, _) = host_array(&[8, 16], 8);
+    let (d, _) = host_array(&[16, 4], 9);
+    let z = jit(mm).call((&put(&c, &m2, P!("X", "Y")), &put(&d, &m2, P!("Y", None)))).unwrap();
+    let want = jit(mm).call((&c, &d)).unwrap();
+    close(&z, &want);
+    assert_eq!(spec_of(&z), "P('X', None)");
+    shards_hold_blocks(&z, &want);
+}
+
+/// Step 2: reductions over a sharded dim: local reduce + psum/pmax/pmin.
+#[test]
+fn reductions_over_sharded_dims_all_reduce() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[64, 6], 10);
+    let px = put(&x, &mesh, P!("i", None));
+    let sum0 = |x: Array| jnp::sum(&(x.clone() * 3.0), Some(&[0])).unwrap();
+    let f = jit(sum0);
+    let z = f.call(&px).unwrap();
+    close(&z, &jit(sum0).call(&x).unwrap());
+    assert_eq!(typeof_(&z).to_string(), "float32[6]");
+    let text = f.lower(&px).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("psum[axes=('i',)"), "{text}");
+    let mx = |x: Array| jnp::max(&x, Some(&[0])).unwrap() - jnp::min(&x, None).unwrap();
+    let g = jit(mx);
+    close(&g.call(&px).unwrap(), &jit(mx).call(&x).unwrap());
+    let text = g.lower(&px).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("pmax[axes=('i',)") && text.contains("pmin[axes=('i',)"), "{text}");
+    // A total sum (a 0-d result) and a sum over the unsharded dim (no collective).
+    let tot = |x: Array| x.sum() + 1.0;
+    close(&jit(tot).call(&px).unwrap(), &jit(tot).call(&x).unwrap());
+    let rows = |x: Array| jnp::sum(&x, Some(&[1])).unwrap();
+    let zr = jit(rows).call(&px).unwrap();
+    close(&zr, &jit(rows).call(&x).unwrap());
+    assert_eq!(typeof_(&zr).to_string(), "float32[64@i]");
+    assert!(jit(rows).lower(&px).unwrap().compile().unwrap().as_text().contains("0 collectives"));
+    // out_shardings splits a summed result: reduce_scatter.
+    let (y, _) = host_array(&[64, 16], 11);
+    let py = put(&y, &mesh, P!("i", None));
+    let fs = jit(|x: Array| jnp::sum(&x, Some(&[0])).unwrap()).out_shardings(vec![NamedSharding::new(&mesh, P!("i")).unwrap()]);
+    let zs = fs.call(&py).unwrap();
+    close(&zs, &jnp::sum(&y, Some(&[0])).unwrap());
+    assert_eq!(spec_of(&zs), "P('i',)");
+    for s in zs.addressable_shards().unwrap() {
+        assert_eq!(s.data.shape(), vec![2]);
+    }
+}
+
+/// Step 3: an equation that cannot use its operands' sharding gets them all-gathered on
+/// the per-device program; the rest of the program stays partitioned.
+#[test]
+fn other_equations_all_gather_their_operands() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[64, 4], 12);
+    let px = put(&x, &mesh, P!("i", None));
+    // cumsum along the sharded dim needs the whole column.
+    let prog = |x: Array| (jnp::cumsum(&x.sin(), Some(0)).unwrap() * 2.0).exp();
+    let f = jit(prog);
+    let z = f.call(&px).unwrap();
+    let want = jit(prog).call(&x).unwrap();
+    close(&z, &want);
+    assert_eq!(spec_of(&z), format!("{:?}", P!("i", None)));
+    shards_hold_blocks(&z, &want);
+    let text = f.lower(&px).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("path: partitioned") && text.contains("all_gather"), "{text}");
+    // A sort over the sharded dim, then a matmul and a reduction: one partitioned program.
+    let (w, _) = host_array(&[4, 8], 13);
+    let mixed = |(x, w): (Array, Array)| {
+        let s = jnp::sort(&x, 0).unwrap();
+        jnp::sum(&(s.matmul(&w).tanh() + &x.matmul(&w)), Some(&[1])).unwrap()
+    };
+    let before = jax::sharding::partitioned_calls();
+    let z = jit(mixed).call((&px, &w)).unwrap();
+    assert!(jax::sharding::partitioned_calls() > before);
+    close(&z, &jit(mixed).call((&x, &w)).unwrap());
+    // A reshape merging the sharded major dim keeps it split; a flip gathers.
+    let r = |x: Array| jnp::flip(&x.reshape(&[256]), None).unwrap() + 1.0;
+    close(&jit(r).call(&px).unwrap(), &jit(r).call(&x).unwrap());
+}
+
+/// The lowered text keeps the global program with its shardings; errors in a device's
+/// run reach the result; a 2-D mesh with rows and columns split.
+#[test]
+fn lowered_text_and_two_axis_meshes() {
+    eight_cpu_devices();
+    let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let (a, _) = host_array(&[8, 8], 14);
+    let pa = put(&a, &mesh, P!("X", "Y"));
+    let f = jit(|x: Array| (x.clone() * &x).sin());
+    let lowered = f.lower(&pa).unwrap().as_text();
+    assert!(lowered.contains("sdy.sharding = #sdy.sharding<@mesh, [{\"X\"}, {\"Y\"}]>"), "{lowered}");
+    let z = f.call(&pa).unwrap();
+    let want = jit(|x: Array| (x.clone() * &x).sin()).call(&a).unwrap();
+    close(&z, &want);
+    assert_eq!(typeof_(&z).to_string(), "float32[8@X,8@Y]");
+    shards_hold_blocks(&z, &want);
+    // Row sums over a [X, Y] layout: psum over Y only.
+    let rs = jit(|x: Array| jnp::sum(&x, Some(&[1])).unwrap());
+    let z = rs.call(&pa).unwrap();
+    close(&z, &jnp::sum(&a, Some(&[1])).unwrap());
+    assert_eq!(typeof_(&z).to_string(), "float32[8@X]");
+    assert!(rs.lower(&pa).unwrap().compile().unwrap().as_text().contains("psum[axes=('Y',)"));
+}
+
+/// `Compiled::call` runs the same partitioned program; callers on two threads calling
+/// programs with collectives at once do not deadlock (one submission order for all
+/// device workers) and get right values.
+#[test]
+fn compiled_calls_and_concurrent_callers() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[32, 8], 15);
+    let px = put(&x, &mesh, P!("i", None));
+    let colsum = |x: Array| jnp::sum(&x.cos(), Some(&[0])).unwrap();
+    let want = jit(colsum).call(&x).unwrap();
+    let compiled = jit(colsum).lower(&px).unwrap().compile().unwrap();
+    let before = jax::sharding::partitioned_calls();
+    close(&compiled.call(&px).unwrap(), &want);
+    assert!(jax::sharding::partitioned_calls() > before);
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let (px, want) = (px.clone(), want.clone());
+            std::thread::spawn(move || {
+                let f = jit(colsum);
+                let g = jit(|x: Array| jnp::max(&x.cos(), Some(&[0])).unwrap());
+                for k in 0..6 {
+                    if (k + t) % 2 == 0 {
+                        close(&f.call(&px).unwrap(), &want);
+                    } else {
+                        g.call(&px).unwrap().block_until_ready().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// `with_sharding_constraint` inside `jit` stages a `sharding_constraint` equation: the
+/// propagation and the partitioner lay the value out as asked (all_gather of the rows,
+/// local slice of the columns); values are unchanged, and grad goes through it.
+#[test]
+fn sharding_constraint_inside_jit() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[16, 8], 16);
+    let px = put(&x, &mesh, P!("i", None));
+    let cols = NamedSharding::new(&mesh, P!(None, "i")).unwrap();
+    let c2 = cols.clone();
+    let f = move |x: Array| with_sharding_constraint(&(x * 2.0), c2.clone()).unwrap().sin();
+    let jaxpr = make_jaxpr(f.clone(), &px).unwrap().to_string();
+    assert!(jaxpr.contains("c:f32[16,8] = sharding_constraint[\n      sharding=NamedSharding(mesh=Mesh('i': 8, axis_types=(Explicit,)), spec=P(None, 'i'), memory_kind=device)\n    ] b"), "{jaxpr}");
+    let z = jit(f.clone()).call(&px).unwrap();
+    let want = jit(f.clone()).call(&x).unwrap();
+    close(&z, &want);
+    assert_eq!(typeof_(&z).to_string(), "float32[16,8@i]");
+    shards_hold_blocks(&z, &want);
+    let text = jit(f.clone()).lower(&px).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("all_gather") && text.contains("f32[16,1] = sin"), "{text}");
+    // grad (over Auto axes: explicit ones reject the mixed layouts the transpose makes):
+    // the constraint's transpose is the constraint.
+    let am = mesh8_auto();
+    let ca = NamedSharding::new(&am, P!(None, "i")).unwrap();
+    let fa = move |x: Array| with_sharding_constraint(&(x * 2.0), ca.clone()).unwrap().sin();
+    let gf = move |x: Array| grad(|y: Array| fa(y).sum())(x);
+    close(&jit(gf.clone()).call(&put(&x, &am, P!("i", None))).unwrap(), &jit(gf).call(&x).unwrap());
+}
