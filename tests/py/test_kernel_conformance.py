@@ -13,6 +13,7 @@ inference on two busy cores.
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 
@@ -54,7 +55,19 @@ class JaxreplKernelTests(jkt.KernelTests):
     def setUpClass(cls) -> None:
         # Read at call time by test_kernel_info and test_inspect; execute_helper below.
         jkt.TIMEOUT = CELL_TIMEOUT
-        super().setUpClass()
+        # The suite takes every display_data of a sample cell as the sample's output; on a
+        # loaded machine a cell build over 1 s adds the "building the cell" progress display
+        # (test_kernel_lifecycle.py tests it): start the kernel with
+        # progress after 10 min, i.e. never for these samples.
+        cls._progress_env = os.environ.get("JAXREPL_PROGRESS_AFTER_MS")
+        os.environ["JAXREPL_PROGRESS_AFTER_MS"] = "600000"
+        try:
+            super().setUpClass()
+        finally:
+            if cls._progress_env is None:
+                os.environ.pop("JAXREPL_PROGRESS_AFTER_MS", None)
+            else:
+                os.environ["JAXREPL_PROGRESS_AFTER_MS"] = cls._progress_env
         warm_up(cls.kc)
 
     def execute_helper(self, code, timeout=CELL_TIMEOUT, **kwargs):

@@ -47,6 +47,11 @@ def spawn(args, env_extra=None, cache=None):
     return child
 
 
+# Where an output line starts: after a line break, or, when the cell took over a second to
+# build (a loaded machine), after the erase of the "building the cell" status line.
+LINE_START = r"(?:\r\n|\n|\x1b\[2K)"
+
+
 def expect_prompt(child, n, timeout=CELL_TIMEOUT_S):
     child.expect(r"In \[%d\]: " % n, timeout=timeout)
 
@@ -68,7 +73,7 @@ def test_multiline_ctrl_c_history_and_ctrl_d(cache_dir):
     child.send("}\r")
     expect_prompt(child, 2, timeout=START_TIMEOUT_S)
     child.send("add(2, 40)\r")
-    child.expect(r"\r\n42\r\n")
+    child.expect(LINE_START + r"42\r\n")
     expect_prompt(child, 3)
 
     # Ctrl-C at the prompt drops the half-typed line and shows the same prompt again.
@@ -78,7 +83,7 @@ def test_multiline_ctrl_c_history_and_ctrl_d(cache_dir):
     child.send("let kept = String::from(\"kept\");\r")
     expect_prompt(child, 4)
     child.send("kept.len() + add(1, 1) as usize\r")
-    child.expect(r"\r\n6\r\n")
+    child.expect(LINE_START + r"6\r\n")
     expect_prompt(child, 5)
 
     # Ctrl-D on an empty line exits cleanly.
@@ -101,7 +106,7 @@ def test_ctrl_c_during_plain_rust_restarts_child_and_names_lost_variables(cache_
     child.send("println!(\"looping\"); loop { std::hint::spin_loop(); }\r")
     # The output line, not the echoed input (`println!("looping")`): interrupting while the
     # cell still compiles is a different, correct path ("nothing ran").
-    child.expect(r"\nlooping\r\n", timeout=CELL_TIMEOUT_S)
+    child.expect(LINE_START + r"looping\r\n", timeout=CELL_TIMEOUT_S)
     child.send("\x03")
     child.expect(r"Interrupted: .*these variables were lost: survivor", timeout=60)
     expect_prompt(child, 3)
@@ -110,7 +115,7 @@ def test_ctrl_c_during_plain_rust_restarts_child_and_names_lost_variables(cache_
     child.expect(r"cannot find value `survivor`")
     expect_prompt(child, 4)
     child.send("6 * 7\r")
-    child.expect(r"\r\n42\r\n")
+    child.expect(LINE_START + r"42\r\n")
     expect_prompt(child, 5)
     child.sendeof()
     child.expect(pexpect.EOF, timeout=60)
