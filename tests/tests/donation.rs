@@ -58,11 +58,12 @@ fn lowered_text_marks_donated_arguments() {
 fn a_pytree_argument_donates_every_leaf() {
     // An SGD step on a Vec of parameters, donated: every parameter buffer is reused.
     let step = jit(|(ps, gs): (Vec<Array>, Vec<Array>)| -> Vec<Array> {
-        ps.iter().zip(&gs).map(|(p, g)| p.clone() - g.clone() * 0.1).collect()
+        // A learning rate of 0.5 keeps every product exact, fused into an FMA or not.
+        ps.iter().zip(&gs).map(|(p, g)| p.clone() - g.clone() * 0.5).collect()
     })
     .donate_argnums(&[0]);
     let ps = vec![Array::from_slice(&[1.0f32, 2.0]), Array::from_slice(&[3.0f32])];
-    let gs = vec![Array::from_slice(&[10.0f32, 10.0]), Array::from_slice(&[10.0f32])];
+    let gs = vec![Array::from_slice(&[2.0f32, 2.0]), Array::from_slice(&[2.0f32])];
     let ptrs: Vec<usize> = ps.iter().map(|p| p.unsafe_buffer_pointer().unwrap()).collect();
     let out = step.call((&ps, &gs)).unwrap();
     assert_eq!(out.iter().map(v).collect::<Vec<_>>(), vec![vec![0.0, 1.0], vec![2.0]]);
