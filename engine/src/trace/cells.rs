@@ -164,10 +164,10 @@ fn match_lines(generated: &str, cells: &[(u64, Vec<String>)]) -> HashMap<u32, Ce
 /// the first or last line of one) between others: it starts the line or follows a `;`,
 /// `{` or `}`, and ends the line or is followed by whitespace. Searched newest cell first;
 /// `shift` is the (character) column where `t` starts in the cell line, minus one.
-/// Lines with fewer than three alphanumerics are not searched (`Ok(())`, `r` would match
+/// Lines with fewer than two alphanumerics are not searched (`r`, `x?` would match
 /// anywhere).
 fn statement_in_line(t: &str, cells: &[(u64, Vec<String>)]) -> Option<CellLine> {
-    if t.chars().filter(|c| c.is_alphanumeric()).count() < 3 {
+    if t.chars().filter(|c| c.is_alphanumeric()).count() < 2 {
         return None;
     }
     for (cell, lines) in cells.iter().rev() {
@@ -261,6 +261,10 @@ mod tests {
         assert_eq!(t[&9], CellLine { cell: 2, line: 3, shift: 16 });
         assert_eq!(t.get(&10), None, "one letter is not searched for");
         assert_eq!(t.get(&11), None, "no cell line holds it as a statement");
+        // An operator expression of two one-letter names (a panicking `&x + &w`).
+        let cells = vec![(3, vec!["let x = jnp::arange(3.0); let w = jnp::arange(4.0); &x + &w".to_string()])];
+        let ops = match_lines("fn run() {\n(\n&x + &w\n).evcxr_display();\n}\n", &cells);
+        assert_eq!(ops[&3], CellLine { cell: 3, line: 1, shift: 52 });
         // The final expression's column: `f.call` at generated column 1 is cell column 38.
         let c = t[&4];
         assert_eq!(1 + c.shift, 38);
