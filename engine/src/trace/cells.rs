@@ -113,7 +113,7 @@ fn match_lines(generated: &str, cells: &[(u64, Vec<String>)]) -> HashMap<u32, Ce
             }
         }
     }
-    let mut table = HashMap::new();
+    let mut table: HashMap<u32, CellLine> = HashMap::new();
     for (g, text) in generated_lines.iter().enumerate() {
         let t = text.trim();
         let Some(cands) = index.get(t) else {
@@ -156,6 +156,21 @@ fn match_lines(generated: &str, cells: &[(u64, Vec<String>)]) -> HashMap<u32, Ce
                 CellLine { cell: cells[ci].0, line: li as u32 + 1, shift: lead(cell_text) - lead(text) },
             );
         }
+    }
+    // evcxr wraps a cell's final expression in parentheses on lines of their own, `(` /
+    // EXPR / `).evcxr_display();` (or `evcxr_send_text_plain(&format!("{:?}",&(` / EXPR /
+    // `)));`), and rustc gives an operator in EXPR (`&x + &w`) the span of the parenthesised
+    // expression, which starts at the `(`. An unmatched line ending in `(` before a matched
+    // line therefore maps to that line, its `(` to where the expression starts.
+    for (g, text) in generated_lines.iter().enumerate() {
+        let line = g as u32 + 1;
+        if table.contains_key(&line) || !text.trim_end().ends_with('(') {
+            continue;
+        }
+        let (Some(next), Some(next_text)) = (table.get(&(line + 1)).copied(), generated_lines.get(g + 1)) else { continue };
+        let paren = text.trim_end().chars().count() as i64 - 1;
+        let next_lead = (next_text.len() - next_text.trim_start().len()) as i64;
+        table.insert(line, CellLine { shift: next.shift + next_lead - paren, ..next });
     }
     table
 }
@@ -254,7 +269,7 @@ mod tests {
         let t = match_lines(generated, &cells);
         assert_eq!(t[&2], CellLine { cell: 2, line: 1, shift: -4 });
         assert_eq!(t[&4], CellLine { cell: 2, line: 1, shift: 37 });
-        assert_eq!(t.get(&3), None);
+        assert_eq!(t[&3], CellLine { cell: 2, line: 1, shift: 37 }, "the `(` before the final expression");
         assert_eq!(t[&6], CellLine { cell: 2, line: 2, shift: 0 });
         assert_eq!(t[&7], CellLine { cell: 2, line: 2, shift: 11 });
         assert_eq!(t[&8], CellLine { cell: 2, line: 3, shift: 0 });
@@ -265,6 +280,14 @@ mod tests {
         let cells = vec![(3, vec!["let x = jnp::arange(3.0); let w = jnp::arange(4.0); &x + &w".to_string()])];
         let ops = match_lines("fn run() {\n(\n&x + &w\n).evcxr_display();\n}\n", &cells);
         assert_eq!(ops[&3], CellLine { cell: 3, line: 1, shift: 52 });
+        // The operator's location is the `(` before it (rustc's span of the parenthesised
+        // expression): column 1 there is `&x`'s column 53.
+        assert_eq!(ops[&2], CellLine { cell: 3, line: 1, shift: 52 });
+        let fallback = "fn run() {\nevcxr_send_text_plain(&format!(\"{:?}\",&(\n  &x + &w\n)));\n}\n";
+        let ops = match_lines(fallback, &cells);
+        assert_eq!(ops[&3], CellLine { cell: 3, line: 1, shift: 50 });
+        assert_eq!(40 + ops[&2].shift, 53, "{:?}", ops[&2]);
+        assert_eq!(ops.get(&1), None);
         // The final expression's column: `f.call` at generated column 1 is cell column 38.
         let c = t[&4];
         assert_eq!(1 + c.shift, 38);
