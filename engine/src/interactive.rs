@@ -246,11 +246,16 @@ impl EvcxrDisplay for Error {
     }
 }
 
-/// Prepares the evaluation child: installs the interrupt handler (SIGUSR2).
-/// Idempotent; called by the session's prelude.
+/// Prepares the evaluation child: installs the interrupt handler (SIGUSR2) and the
+/// stack-overflow report (a SIGSEGV handler on an alternate stack that tells the session
+/// the child died of a stack overflow: `runtime::stack_overflow`).
+/// Idempotent; called by the session's prelude, on the child's main thread.
 pub fn init_session() {
     crate::progress::set_enabled(true);
     if let Err(e) = crate::runtime::interrupt::install_handler() {
         eprintln!("jax: could not install the interrupt handler: {e}");
+    }
+    if let Err(e) = crate::runtime::stack_overflow::install() {
+        eprintln!("jax: could not install the stack-overflow report: {e}");
     }
 }

@@ -464,7 +464,8 @@ pub fn mesh(m: Option<&crate::sharding::Mesh>) -> Result<crate::display::shardin
 /// `%help`: the magics and the prelude's main names.
 pub fn help() -> Text {
     Text(
-        "jaxrepl magics (CALL is an expression such as f.call(&x)):\n\
+        "jaxrepl magics (one per cell, on its own line: the first, or after Rust statements, which run first;\n\
+         CALL is an expression such as f.call(&x) and runs to the end of the cell):\n\
          \x20 %jaxpr CALL     the jaxpr of the jitted function CALL runs\n\
          \x20 %lower CALL     its lowered MLIR module (tensor level, upstream dialects)\n\
          \x20 %compile CALL   the optimized module after the compile pipeline (sharded call: the per-device program)\n\

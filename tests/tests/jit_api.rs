@@ -92,6 +92,26 @@ fn bool_conversion_of_tracer_is_an_error_naming_the_argument() {
     assert_eq!(e.ename(), "TracerBoolConversionError");
     assert!(e.message.contains("Attempted boolean conversion of traced array with shape bool[]"), "{}", e.message);
     assert!(e.message.contains("args[0]"), "{}", e.message);
+    // JAX's "The error occurred while tracing the function f at FILE:LINE for jit".
+    let at = format!("The error occurred while tracing the function f at {}:{} for jit.", file!(), line!() - 8);
+    assert!(e.message.contains(&at), "{at}\n{}", e.message);
+}
+
+#[test]
+fn bool_conversion_under_grad_names_the_function_and_grad() {
+    let line = line!() + 1;
+    let g = grad(|x: Array| -> Result<Array> { if x.gt(0.0).to_bool()? { Ok(x.sin()) } else { Ok(x) } });
+    let e = g(Array::scalar(1.0f32)).unwrap_err();
+    assert_eq!(e.ename(), "TracerBoolConversionError");
+    let at = format!("The error occurred while tracing the function f at {}:{line} for grad.", file!());
+    assert!(e.message.contains(&at), "{at}\n{}", e.message);
+    fn h(x: Array) -> Result<Array> {
+        if x.gt(0.0).to_bool()? { Ok(x) } else { Ok(-x) }
+    }
+    let line = line!() + 1;
+    let e = value_and_grad(h)(Array::scalar(1.0f32)).unwrap_err();
+    let at = format!("the function h at {}:{line} for value_and_grad.", file!());
+    assert!(e.message.contains(&at), "{at}\n{}", e.message);
 }
 
 #[test]

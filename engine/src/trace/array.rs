@@ -261,10 +261,11 @@ impl Array {
                 ErrorKind::TracerBoolConversion,
                 format!(
                     "Attempted boolean conversion of traced array with shape {}.\n\
-                     The error occurred while tracing the function {name} for jit. {}\n\
+                     The error occurred while tracing the function {}. {}\n\
                      Use jnp::where_ (or lax::cond) for value-dependent choices, or pass the value as a Static argument.\n\
                      See https://docs.jax.dev/en/latest/errors.html#jax.errors.TracerBoolConversionError",
                     t.var.aval.short(),
+                    traced_function(&name),
                     depends_on(&args)
                 ),
             ));
@@ -293,12 +294,20 @@ fn concretization_error(t: &Tracer, what: &str) -> Error {
         ErrorKind::Concretization,
         format!(
             "Abstract tracer value encountered where {what} was required: traced array with shape {}.\n\
-             The error occurred while tracing the function {name} for jit. {}\n\
+             The error occurred while tracing the function {}. {}\n\
              See https://docs.jax.dev/en/latest/errors.html#jax.errors.ConcretizationTypeError",
             t.var.aval.short(),
+            traced_function(&name),
             depends_on(&args)
         ),
     )
+}
+
+/// The traced function as error messages name it (JAX: `f at FILE:LINE for jit`): the
+/// trace's name says the transformation (`f at cell 2, line 1 for grad`) or is a `jit`'s
+/// (`f at cell 2, line 1`).
+fn traced_function(name: &str) -> String {
+    if name.contains(" for ") { name.to_string() } else { format!("{name} for jit") }
 }
 
 /// Converts a host buffer to another dtype on the host (numpy `astype` semantics).

@@ -113,10 +113,18 @@ fn match_lines(generated: &str, cells: &[(u64, Vec<String>)]) -> HashMap<u32, Ce
             }
         }
     }
-    let mut table = HashMap::new();
+    let mut table: HashMap<u32, CellLine> = HashMap::new();
     for (g, text) in generated_lines.iter().enumerate() {
         let t = text.trim();
-        let Some(cands) = index.get(t) else { continue };
+        let Some(cands) = index.get(t) else {
+            // Not a whole cell line: a statement that shares its line with others
+            // (`let f = jit(..); f.call(&x)`), which evcxr puts on a line of its own.
+            if let Some(at) = statement_in_line(t, cells) {
+                let lead = (text.len() - text.trim_start().len()) as i64;
+                table.insert(g as u32 + 1, CellLine { shift: at.shift - lead, ..at });
+            }
+            continue;
+        };
         let run = |ci: usize, li: usize| -> usize {
             let lines = &cells[ci].1;
             let mut n = 0;
@@ -149,7 +157,52 @@ fn match_lines(generated: &str, cells: &[(u64, Vec<String>)]) -> HashMap<u32, Ce
             );
         }
     }
+    // evcxr wraps a cell's final expression in parentheses on lines of their own, `(` /
+    // EXPR / `).evcxr_display();` (or `evcxr_send_text_plain(&format!("{:?}",&(` / EXPR /
+    // `)));`), and rustc gives an operator in EXPR (`&x + &w`) the span of the parenthesised
+    // expression, which starts at the `(`. An unmatched line ending in `(` before a matched
+    // line therefore maps to that line, its `(` to where the expression starts.
+    for (g, text) in generated_lines.iter().enumerate() {
+        let line = g as u32 + 1;
+        if table.contains_key(&line) || !text.trim_end().ends_with('(') {
+            continue;
+        }
+        let (Some(next), Some(next_text)) = (table.get(&(line + 1)).copied(), generated_lines.get(g + 1)) else { continue };
+        let paren = text.trim_end().chars().count() as i64 - 1;
+        let next_lead = (next_text.len() - next_text.trim_start().len()) as i64;
+        table.insert(line, CellLine { shift: next.shift + next_lead - paren, ..next });
+    }
     table
+}
+
+/// A cell line holding the trimmed generated line `t` as a whole statement (or item, or
+/// the first or last line of one) between others: it starts the line or follows a `;`,
+/// `{` or `}`, and ends the line or is followed by whitespace. Searched newest cell first;
+/// `shift` is the (character) column where `t` starts in the cell line, minus one.
+/// Lines with fewer than two alphanumerics are not searched (`r`, `x?` would match
+/// anywhere).
+fn statement_in_line(t: &str, cells: &[(u64, Vec<String>)]) -> Option<CellLine> {
+    if t.chars().filter(|c| c.is_alphanumeric()).count() < 2 {
+        return None;
+    }
+    for (cell, lines) in cells.iter().rev() {
+        for (li, l) in lines.iter().enumerate() {
+            if l.trim() == t {
+                continue;
+            }
+            for (pos, _) in l.match_indices(t) {
+                let before = l[..pos].trim_end();
+                let after = &l[pos + t.len()..];
+                let starts = before.is_empty() || before.ends_with([';', '{', '}']);
+                let ends = after.is_empty() || after.starts_with(char::is_whitespace);
+                if starts && ends {
+                    let column = l[..pos].chars().count() as i64;
+                    return Some(CellLine { cell: *cell, line: li as u32 + 1, shift: column });
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The load address of the shared object (or executable) containing `addr`.
@@ -201,6 +254,44 @@ mod tests {
         assert_eq!(t.get(&4), None, "a lone bracket is not matched");
         assert_eq!(t[&6], CellLine { cell: 4, line: 1, shift: -2 });
         assert_eq!(t[&7], CellLine { cell: 4, line: 2, shift: -2 });
+    }
+
+    #[test]
+    fn statements_sharing_a_line_map_to_it() {
+        // evcxr gives every statement of `let f = ..; f.call(..)` a line of its own, and
+        // wraps the final expression for display.
+        let cell = "let f = jit(|x: Array| Ok(x.sin())); f.call(jnp::arange(3.0))";
+        let cells = vec![
+            (1, vec!["let y = f.call(&x)?;".to_string()]),
+            (2, vec![cell.to_string(), "let a = 1; let g = jit(|x: Array| {".into(), "    x.cos() }); drop(g); r".into()]),
+        ];
+        let generated = "pub fn run() {\n    let f = jit(|x: Array| Ok(x.sin()));\n(\nf.call(jnp::arange(3.0))\n).evcxr_display();\nlet a = 1;\nlet g = jit(|x: Array| {\n    x.cos() });\ndrop(g);\nr\nOk(())\n}\n";
+        let t = match_lines(generated, &cells);
+        assert_eq!(t[&2], CellLine { cell: 2, line: 1, shift: -4 });
+        assert_eq!(t[&4], CellLine { cell: 2, line: 1, shift: 37 });
+        assert_eq!(t[&3], CellLine { cell: 2, line: 1, shift: 37 }, "the `(` before the final expression");
+        assert_eq!(t[&6], CellLine { cell: 2, line: 2, shift: 0 });
+        assert_eq!(t[&7], CellLine { cell: 2, line: 2, shift: 11 });
+        assert_eq!(t[&8], CellLine { cell: 2, line: 3, shift: 0 });
+        assert_eq!(t[&9], CellLine { cell: 2, line: 3, shift: 16 });
+        assert_eq!(t.get(&10), None, "one letter is not searched for");
+        assert_eq!(t.get(&11), None, "no cell line holds it as a statement");
+        // An operator expression of two one-letter names (a panicking `&x + &w`).
+        let cells = vec![(3, vec!["let x = jnp::arange(3.0); let w = jnp::arange(4.0); &x + &w".to_string()])];
+        let ops = match_lines("fn run() {\n(\n&x + &w\n).evcxr_display();\n}\n", &cells);
+        assert_eq!(ops[&3], CellLine { cell: 3, line: 1, shift: 52 });
+        // The operator's location is the `(` before it (rustc's span of the parenthesised
+        // expression): column 1 there is `&x`'s column 53.
+        assert_eq!(ops[&2], CellLine { cell: 3, line: 1, shift: 52 });
+        let fallback = "fn run() {\nevcxr_send_text_plain(&format!(\"{:?}\",&(\n  &x + &w\n)));\n}\n";
+        let ops = match_lines(fallback, &cells);
+        assert_eq!(ops[&3], CellLine { cell: 3, line: 1, shift: 50 });
+        assert_eq!(40 + ops[&2].shift, 53, "{:?}", ops[&2]);
+        assert_eq!(ops.get(&1), None);
+        // The final expression's column: `f.call` at generated column 1 is cell column 38.
+        let c = t[&4];
+        assert_eq!(1 + c.shift, 38);
+        assert_eq!(&cell[37..43], "f.call");
     }
 
     #[test]

@@ -25,6 +25,14 @@ pub(crate) fn leaves_of(flat: &Flat) -> Result<Vec<Array>> {
         .collect()
 }
 
+/// How the function `f` passed to transformation `transform` at `loc` is named in tracing
+/// errors: `f at cell 2, line 1 for grad` (an `fn` item's name, `f` for a closure; JAX's
+/// "while tracing the function f at FILE:LINE for jit").
+fn describe<F>(_f: &F, loc: &Location<'_>, transform: &str) -> String {
+    let name = super::item_name::<F>().unwrap_or_else(|| "f".into());
+    format!("{name} at {} for {transform}", crate::trace::source_info(loc).line_label())
+}
+
 /// Traces `f` at the leaves of `args` into a jaxpr over those leaves.
 fn trace_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Flat, what: &str) -> Result<(OpenJaxpr, Flat)> {
     let avals: Vec<ShapedArray> = flat.leaves.iter().map(|l| l.aval()).collect();
@@ -263,7 +271,7 @@ pub fn jvp<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O, primals: &A, tangents:
             pf.treedef, tf.treedef
         )));
     }
-    let (j, out_flat) = trace_flat(&f, &pf, "jvp")?;
+    let (j, out_flat) = trace_flat(&f, &pf, &describe(&f, Location::caller(), "jvp"))?;
     let ts: Vec<Option<Array>> = leaves_of(&tf)?.into_iter().map(Some).collect();
     let (outs, touts) = jvp_jaxpr(&j.jaxpr, &j.consts, &leaves_of(&pf)?, &ts)?;
     let touts = touts.into_iter().zip(&outs).map(|(t, o)| t.map(Ok).unwrap_or_else(|| zero_like(o))).collect::<Result<Vec<_>>>()?;
@@ -279,7 +287,7 @@ pub fn jvp<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O, primals: &A, tangents:
 pub fn vjp<A: Pytree, O: TraceOutput>(f: impl Fn(A) -> O, primals: &A, cts: &O::Out) -> Result<(O::Out, A)> {
     let mut pf = Flat::default();
     primals.flatten(&mut pf);
-    let (j, out_flat) = trace_flat(&f, &pf, "vjp")?;
+    let (j, out_flat) = trace_flat(&f, &pf, &describe(&f, Location::caller(), "vjp"))?;
     let ct_leaves: Vec<Option<Array>> = leaves_of(&flatten_value(cts))?.into_iter().map(Some).collect();
     let leaves = leaves_of(&pf)?;
     let (outs, in_cts) = vjp_jaxpr(&j.jaxpr, &j.consts, &leaves, &ct_leaves)?;
@@ -307,9 +315,10 @@ fn check_real_inputs(flat: &Flat) -> Result<()> {
 /// `value_and_grad` on flattened arguments: `f`'s output leaves (the scalar value first,
 /// then, with `has_aux`, the aux leaves, which get no cotangent, as in JAX), the output
 /// structure, and the gradient leaves.
-fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Flat, has_aux: bool) -> Result<(Vec<Array>, Flat, Vec<Array>)> {
+/// `desc` names `f` in tracing errors ([`describe`]).
+fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Flat, has_aux: bool, desc: &str) -> Result<(Vec<Array>, Flat, Vec<Array>)> {
     check_real_inputs(flat)?;
-    let (j, out_flat) = trace_flat(f, flat, "grad")?;
+    let (j, out_flat) = trace_flat(f, flat, desc)?;
     let outs_avals = j.jaxpr.out_avals();
     if (outs_avals.len() != 1 && !has_aux) || outs_avals.first().is_none_or(|a| !a.shape.is_empty()) {
         let shape = outs_avals.first().map(|a| format!("{:?}", a.shape)).unwrap_or_else(|| "()".into());
@@ -343,23 +352,35 @@ fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Fl
 /// `jax.grad(f)`: a function returning the gradient of the scalar-valued `f` with
 /// respect to its whole argument (a pytree; `Static` parts are passed through).
 /// Errors: non-scalar or non-float output, integer inputs, missing rules.
+#[track_caller]
 pub fn grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'a) -> impl Fn(A) -> Result<A> + 'a {
+    let desc = describe(&f, Location::caller(), "grad");
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
-        let (_, _, grads) = value_and_grad_flat(&f, &flat, false)?;
+        let (_, _, grads) = value_and_grad_flat(&f, &flat, false, &desc)?;
         unflatten_like::<A>(&flat.treedef, grads, flat.statics)
     }
 }
 
 /// `jax.value_and_grad(f)`: `(f(x), grad(f)(x))` in one pass.
+#[track_caller]
 pub fn value_and_grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(
     f: impl Fn(A) -> O + 'a,
+) -> impl Fn(A) -> Result<(Array, A)> + 'a {
+    let desc = describe(&f, Location::caller(), "value_and_grad");
+    value_and_grad_named(f, desc)
+}
+
+/// [`value_and_grad`] with `f` named `desc` in tracing errors.
+fn value_and_grad_named<'a, A: Pytree, O: TraceOutput<Out = Array>>(
+    f: impl Fn(A) -> O + 'a,
+    desc: String,
 ) -> impl Fn(A) -> Result<(Array, A)> + 'a {
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
-        let (v, _, grads) = value_and_grad_flat(&f, &flat, false)?;
+        let (v, _, grads) = value_and_grad_flat(&f, &flat, false, &desc)?;
         Ok((v.into_iter().next().expect("one output"), unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
     }
 }
@@ -371,10 +392,12 @@ pub fn value_and_grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(
 /// positions not in `argnums` hold zeros of their leaves' shapes and dtypes (JAX returns
 /// only the selected positions). Errors: as `value_and_grad`, and `ValueError` for a
 /// position past the end of the tuple.
+#[track_caller]
 pub fn value_and_grad_argnums<'a, A: Pytree, O: TraceOutput<Out = Array>>(
     f: impl Fn(A) -> O + 'a,
     argnums: &[usize],
 ) -> impl Fn(A) -> Result<(Array, A)> + 'a {
+    let desc = describe(&f, Location::caller(), "value_and_grad");
     let argnums = argnums.to_vec();
     move |a: A| {
         let mut flat = Flat::default();
@@ -398,7 +421,7 @@ pub fn value_and_grad_argnums<'a, A: Pytree, O: TraceOutput<Out = Array>>(
             f(unflatten_like::<A>(&treedef, all, statics.clone())?).into_result()
         };
         let chosen: Vec<Array> = leaves.iter().zip(&selected).filter(|(_, s)| **s).map(|(l, _)| l.clone()).collect();
-        let (v, gs) = value_and_grad(g)(chosen)?;
+        let (v, gs) = value_and_grad_named(g, desc.clone())(chosen)?;
         let mut gs = gs.into_iter();
         let all = leaves
             .iter()
@@ -410,6 +433,7 @@ pub fn value_and_grad_argnums<'a, A: Pytree, O: TraceOutput<Out = Array>>(
 }
 
 /// `jax.grad(f, argnums=...)`: the gradient part of [`value_and_grad_argnums`].
+#[track_caller]
 pub fn grad_argnums<'a, A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'a, argnums: &[usize]) -> impl Fn(A) -> Result<A> + 'a {
     let vg = value_and_grad_argnums(f, argnums);
     move |a: A| vg(a).map(|(_, g)| g)
@@ -418,13 +442,15 @@ pub fn grad_argnums<'a, A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) ->
 /// `jax.value_and_grad(f, has_aux=True)`: `f` returns `(value, aux)`; the result is
 /// `((value, aux), grad)`. `aux` is an output of the same trace that receives no
 /// cotangent (so it may depend on traced values, under `jit` too).
+#[track_caller]
 pub fn value_and_grad_with_aux<'a, A: Pytree, X: Pytree, O: TraceOutput<Out = (Array, X)>>(
     f: impl Fn(A) -> O + 'a,
 ) -> impl Fn(A) -> Result<((Array, X), A)> + 'a {
+    let desc = describe(&f, Location::caller(), "value_and_grad");
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
-        let (outs, out_flat, grads) = value_and_grad_flat(&f, &flat, true)?;
+        let (outs, out_flat, grads) = value_and_grad_flat(&f, &flat, true, &desc)?;
         let out = unflatten_like::<(Array, X)>(&out_flat.treedef, outs, out_flat.statics)?;
         Ok((out, unflatten_like::<A>(&flat.treedef, grads, flat.statics)?))
     }
@@ -475,7 +501,7 @@ pub fn jacrev<O: TraceOutput<Out = Array>>(f: impl Fn(Array) -> O + Clone + 'sta
     move |x: Array| {
         let mut flat = Flat::default();
         x.flatten(&mut flat);
-        let (j, _) = trace_flat(&f, &flat, "jacrev")?;
+        let (j, _) = trace_flat(&f, &flat, "f for jacrev")?;
         let out = j.jaxpr.out_avals().remove(0);
         let x2 = x.clone();
         let pull = move |u: Array| -> Result<Array> {

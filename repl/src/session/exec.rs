@@ -167,7 +167,9 @@ impl Session {
                 }
             }
         }
-        let code = match magic::rewrite(code) {
+        let user_code = code;
+        let (rewrite, magic_columns) = magic::rewrite_mapped(code);
+        let code = match rewrite {
             Rewrite::NotMagic => code.to_string(),
             Rewrite::Error(msg) => {
                 sink(render::simple_error("MagicError", msg));
@@ -179,12 +181,20 @@ impl Session {
             }
             Rewrite::Code(c) => c,
         };
-        let status = self.run_cell(&code, sink);
+        let status = self.run_cell(&code, user_code, magic_columns, sink);
         if failed && status == ExecStatus::Ok { ExecStatus::Error } else { status }
     }
 
     /// Evaluates `code` in the ready context, streaming outputs, and handles the result.
-    fn run_cell(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> ExecStatus {
+    /// `user_code` is the cell as the user wrote it (`code` with its magic rewritten;
+    /// `magic` says where the magic's argument moved), used to show compile errors.
+    fn run_cell(
+        &mut self,
+        code: &str,
+        user_code: &str,
+        magic: Option<magic::MagicColumns>,
+        sink: &mut dyn FnMut(Output),
+    ) -> ExecStatus {
         self.cells_run += 1;
         let cell_number = self.cells_run;
         let State::Ready(ctx) = &mut self.state else {
@@ -194,10 +204,12 @@ impl Session {
         let label = self.execution_count.take().unwrap_or(cell_number);
         let located = located_code(ctx, &self.slot, label, code);
         let shift = usize::from(located.is_some());
-        let user_code = code;
+        let rewritten = code;
         let code = located.as_deref().unwrap_or(code);
         let shared = self.shared.clone();
         let cell_pid = shared.child_pid();
+        // Set when the engine's stack-overflow line arrives (the child is dying of it).
+        let mut overflowed = false;
         shared.in_cell.store(true, std::sync::atomic::Ordering::SeqCst);
         let result = std::thread::scope(|scope| {
             let cmd = &mut ctx.cmd;
@@ -214,7 +226,7 @@ impl Session {
                     idle = false;
                 }
                 while let Ok(line) = outs.stderr.try_recv() {
-                    sink(stderr_output(line));
+                    route_stderr(line, &mut overflowed, sink);
                     idle = false;
                 }
                 if worker.is_finished() {
@@ -264,7 +276,7 @@ impl Session {
         }
         while Instant::now() < drain_until {
             match ctx.outputs.stderr.recv_timeout(Duration::from_millis(15)) {
-                Ok(line) => sink(stderr_output(line)),
+                Ok(line) => route_stderr(line, &mut overflowed, sink),
                 Err(_) => break,
             }
         }
@@ -272,7 +284,7 @@ impl Session {
         let generated = ctx.cmd.last_source().ok();
         let status = match result {
             Ok(Ok(outputs)) => {
-                let (display, errors) = render::split_outputs(outputs.content_by_mime_type, user_code, generated.as_deref());
+                let (display, errors) = render::split_outputs(outputs.content_by_mime_type, rewritten, generated.as_deref());
                 let had_errors = !errors.is_empty();
                 for e in errors {
                     sink(e);
@@ -287,7 +299,7 @@ impl Session {
                 }
             }
             Ok(Err(evcxr::Error::SubprocessTerminated(msg))) => {
-                return self.recover_child(&msg, &vars_before, interrupted, sink);
+                return self.recover_child(&msg, &vars_before, interrupted, overflowed, sink);
             }
             Ok(Err(_)) if interrupted => {
                 // In a terminal, Ctrl-C also reaches the compiler evcxr is running.
@@ -298,7 +310,7 @@ impl Session {
                 ExecStatus::Interrupted
             }
             Ok(Err(evcxr::Error::CompilationErrors(errors))) => {
-                sink(render::compile_errors(&errors, user_code, shift));
+                sink(render::compile_errors(&errors, user_code, shift, magic));
                 ExecStatus::Error
             }
             Ok(Err(evcxr::Error::TypeRedefinedVariablesLost(lost))) => {
@@ -325,12 +337,13 @@ impl Session {
 
     /// After the child died (crash, abort, kill by interrupt): tell the user what was lost,
     /// make sure a child runs again (evcxr restarts it; if that failed, a new context), and
-    /// load the prelude again.
+    /// load the prelude again. `overflowed`: the engine reported a stack overflow first.
     fn recover_child(
         &mut self,
         msg: &str,
         vars_before: &[(String, String)],
         interrupted: bool,
+        overflowed: bool,
         sink: &mut dyn FnMut(Output),
     ) -> ExecStatus {
         let lost = if vars_before.is_empty() {
@@ -345,11 +358,17 @@ impl Session {
                 "the cell did not stop within {} s of the interrupt, so the evaluation process was restarted; {lost}",
                 INTERRUPT_GRACE.as_secs()
             ))
+        } else if overflowed {
+            ("StackOverflow", format!(
+                "the cell overflowed its stack, which killed the evaluation process ({how}); it was restarted, and {lost}"
+            ))
         } else {
             ("ChildDied", format!("the evaluation process died ({how}); it was restarted, and {lost}"))
         };
         let mut traceback = vec![format!("{ename}: {head}")];
-        if !interrupted {
+        if overflowed && !interrupted {
+            traceback.push(STACK_OVERFLOW_HINT.to_string());
+        } else if !interrupted {
             traceback.extend(msg.trim().lines().filter(|l| l.trim() != how).map(str::to_string));
         }
         let reload = if self.opts.prelude { "The engine prelude is being loaded again." } else { "" };
@@ -428,6 +447,28 @@ fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<String
     Some(format!("jax::interactive::enter_cell({label}, {:?}, {code:?});\n{code}", lib_rs.to_string_lossy()))
 }
 
+/// The line the engine writes to stderr when the child dies of a stack overflow
+/// (`jax::runtime::stack_overflow::MARKER`; repeated here as the session does not link
+/// the engine).
+pub const STACK_OVERFLOW_MARKER: &str = "\x1ejaxrepl-stack-overflow";
+
+/// What a stack overflow most likely means, and what to do about it.
+pub const STACK_OVERFLOW_HINT: &str = "The usual cause is recursion too deep for the stack (8 MiB on the main thread) or \
+     without end: check the recursion's base case, and turn deep recursion into a loop (Rust does not \
+     eliminate tail calls). Code that must recurse deeply can run on a thread with a larger stack: \
+     std::thread::Builder::new().stack_size(512 << 20).spawn(move || ...)?.join()";
+
+/// Passes a line of the child's stderr on to `sink`, except the engine's stack-overflow
+/// line, which sets `overflowed` instead (the death that follows is reported once, as a
+/// stack overflow).
+fn route_stderr(line: String, overflowed: &mut bool, sink: &mut dyn FnMut(Output)) {
+    if line.trim_end() == STACK_OVERFLOW_MARKER {
+        *overflowed = true;
+    } else {
+        sink(stderr_output(line));
+    }
+}
+
 /// A line from the child's stderr: an engine progress event (`jax::progress`'s wire
 /// format) or plain stderr text.
 pub(super) fn stderr_output(line: String) -> Output {
@@ -499,6 +540,27 @@ impl CellBuildProgress {
 /// Completion: static candidates plus rust-analyzer's when a context is available.
 pub(super) fn complete(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &str, cursor: usize) -> Completions {
     let cursor = clamp_to_boundary(code, cursor);
+    let ours = static_completions(vars, code, cursor);
+    if ours.start < cursor && code[ours.start..cursor].starts_with('%') {
+        return ours;
+    }
+    let found = ctx.and_then(|ctx| quietly(|| ctx.cmd.completions(code, cursor))).and_then(|r| r.ok()).and_then(|found| {
+        let ok = !found.completions.is_empty()
+            && found.end_offset <= code.len()
+            && found.start_offset <= found.end_offset
+            && code.is_char_boundary(found.start_offset);
+        ok.then(|| {
+            let texts = found.completions.iter().map(|c| completion_insert(&c.code)).collect();
+            (found.start_offset, found.end_offset, texts)
+        })
+    });
+    merge_completions(code, ours, found)
+}
+
+/// The candidates known without rust-analyzer: magics after `%`; else variables, prelude
+/// names and keywords starting with the word before `cursor`, except after a `.` (a
+/// method or field comes next: no keyword, variable or path fits there).
+fn static_completions(vars: &[(String, String)], code: &str, cursor: usize) -> Completions {
     let (start, word) = word_before(code, cursor);
     let mut matches: Vec<String> = Vec::new();
     let push = |m: &str, matches: &mut Vec<String>| {
@@ -512,7 +574,8 @@ pub(super) fn complete(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &
         }
         return Completions { matches, start, end: cursor };
     }
-    if !word.is_empty() {
+    let after_dot = code[..start].ends_with('.');
+    if !word.is_empty() && !after_dot {
         for (name, _) in vars.iter().filter(|(n, _)| n.starts_with(word)) {
             push(name, &mut matches);
         }
@@ -525,28 +588,46 @@ pub(super) fn complete(ctx: Option<&mut Ctx>, vars: &[(String, String)], code: &
             }
         }
     }
-    let mut result = Completions { matches, start, end: cursor };
-    if let Some(ctx) = ctx
-        && let Some(Ok(found)) = quietly(|| ctx.cmd.completions(code, cursor))
-        && !found.completions.is_empty()
-        && found.end_offset <= code.len()
-        && found.start_offset <= found.end_offset
-        && code.is_char_boundary(found.start_offset)
-    {
-        if found.start_offset == result.start && found.end_offset == result.end {
-            for c in &found.completions {
-                push(&completion_insert(&c.code), &mut result.matches);
-            }
-        } else if result.matches.is_empty() {
-            // rust-analyzer replaces a different range (e.g. after a `.`): use its answer.
-            let mut matches = Vec::new();
-            for c in &found.completions {
-                push(&completion_insert(&c.code), &mut matches);
-            }
-            result = Completions { matches, start: found.start_offset, end: found.end_offset };
+    Completions { matches, start, end: cursor }
+}
+
+/// Merges rust-analyzer's answer `(start, end, texts)` into the static candidates `ours`.
+/// rust-analyzer replaces only the last path segment (`ta` of `jnp::ta`) where ours
+/// replace the whole path: its candidates then get the path in front (`jnp::tan`). Its
+/// candidates that start with the typed text come first, then ours not already there,
+/// then its others (fuzzy matches). When its range is unrelated to ours (after a `.`,
+/// say) and we have nothing, its answer is used as it is.
+fn merge_completions(code: &str, ours: Completions, found: Option<(usize, usize, Vec<String>)>) -> Completions {
+    let Some((start, end, texts)) = found else { return ours };
+    let add = |list: &mut Vec<String>, m: String| {
+        if !list.contains(&m) {
+            list.push(m);
         }
+    };
+    if end == ours.end && start >= ours.start && code.is_char_boundary(start) {
+        let path = &code[ours.start..start];
+        let typed = &code[ours.start..end];
+        let theirs: Vec<String> = texts.into_iter().map(|t| format!("{path}{t}")).collect();
+        let mut matches = Vec::new();
+        for t in theirs.iter().filter(|t| t.starts_with(typed)) {
+            add(&mut matches, t.clone());
+        }
+        for m in ours.matches {
+            add(&mut matches, m);
+        }
+        for t in theirs {
+            add(&mut matches, t);
+        }
+        return Completions { matches, start: ours.start, end: ours.end };
     }
-    result
+    if ours.matches.is_empty() {
+        let mut matches = Vec::new();
+        for t in texts {
+            add(&mut matches, t);
+        }
+        return Completions { matches, start, end };
+    }
+    ours
 }
 
 /// Runs `f` (a rust-analyzer query) with panics silenced: rust-analyzer sometimes panics
@@ -721,6 +802,46 @@ mod tests {
         let _ = std::panic::take_hook();
         std::panic::set_hook(before);
         assert!(seen.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    #[test]
+    fn no_keywords_variables_or_paths_after_a_dot() {
+        let vars = vec![("sup".to_string(), "i32".to_string())];
+        let c = static_completions(&vars, "x.su", 4);
+        assert_eq!((c.matches.len(), c.start, c.end), (0, 2, 4), "{c:?}");
+        let c = static_completions(&vars, "let y = su", 10);
+        assert_eq!(c.matches, vec!["sup", "super"]);
+        assert_eq!(c.start, 8);
+    }
+
+    #[test]
+    fn rust_analyzers_last_segment_candidates_get_the_path() {
+        let code = "let y = jnp::ta";
+        let ours = static_completions(&[], code, code.len());
+        assert_eq!(ours.matches, vec!["jnp::tanh"]);
+        // rust-analyzer replaces `ta` only, and also answers fuzzy matches.
+        let found = Some((13, 15, vec!["tan(".to_string(), "tanh(".into(), "atan(".into(), "take(".into()]));
+        let c = merge_completions(code, ours, found);
+        assert_eq!(c.matches, vec!["jnp::tan(", "jnp::tanh(", "jnp::take(", "jnp::tanh", "jnp::atan("]);
+        assert_eq!((c.start, c.end), (8, 15));
+        // After a `.`, its range differs and we have nothing: its answer as it is.
+        let c = merge_completions("x.su", static_completions(&[], "x.su", 4), Some((2, 4, vec!["sum(".into()])));
+        assert_eq!(c, Completions { matches: vec!["sum(".into()], start: 2, end: 4 });
+        // The same range: its candidates and ours.
+        let ours = static_completions(&[], "jit", 3);
+        let c = merge_completions("jit", ours, Some((0, 3, vec!["jit(".into()])));
+        assert_eq!(c.matches, vec!["jit(", "jit"]);
+    }
+
+    #[test]
+    fn the_stack_overflow_line_is_not_shown() {
+        let mut seen = Vec::new();
+        let mut overflowed = false;
+        route_stderr("warning: x".into(), &mut overflowed, &mut |o| seen.push(o));
+        assert!(!overflowed);
+        route_stderr(STACK_OVERFLOW_MARKER.to_string(), &mut overflowed, &mut |o| seen.push(o));
+        assert!(overflowed);
+        assert_eq!(seen, vec![Output::Stderr("warning: x\n".into())]);
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub fn magic_names() -> String {
 
 /// Plain-text help for the magics and the session (what `%help` shows without an engine).
 pub fn help_text() -> String {
-    let mut text = String::from("Magics (one per cell, at its start; CALL may span lines):\n");
+    let mut text = String::from("Magics (one per cell, on its own line, after any Rust statements; CALL runs to the cell's end):\n");
     for m in MAGICS {
         let usage = match m.arg {
             MagicArg::Call => format!("%{} CALL", m.name),
@@ -99,29 +99,56 @@ pub fn help_text() -> String {
     text
 }
 
-/// Finds a magic at the start of `cell` (after blank lines) and rewrites it.
-///
-/// A `%%name` spelling is accepted as `%name`. Lines before the magic must be blank;
-/// the argument is everything after the name, up to the end of the cell.
-pub fn rewrite(cell: &str) -> Rewrite {
-    // Find the first non-blank line; it must start with '%'.
-    let mut offset = 0;
-    let mut line_start = None;
-    for line in cell.split_inclusive('\n') {
-        if !line.trim().is_empty() {
-            line_start = Some(offset);
-            break;
+/// Where the user's argument of a rewritten magic line sits, so that compile errors can
+/// be shown on the user's own line: the magic's line (1-based) and the character column
+/// (0-based) where the argument starts in the user's line and in the rewritten line.
+/// Columns before `code_start` fall in the generated call (`jax::magic::jaxpr(|| `).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MagicColumns {
+    /// The magic's line in the cell (1-based).
+    pub line: usize,
+    /// Column (0-based, characters) of the `%` in the user's line.
+    pub percent: usize,
+    /// Column (0-based, characters) where the argument starts in the user's line.
+    pub user_start: usize,
+    /// Column (0-based, characters) where the same text starts in the rewritten line.
+    pub code_start: usize,
+}
+
+impl MagicColumns {
+    /// The user's column (1-based) for a column (1-based) of the rewritten magic line:
+    /// inside the argument it moves with the argument; inside the generated call it is the
+    /// `%`.
+    pub fn user_column(&self, code_column: usize) -> usize {
+        match code_column.checked_sub(1 + self.code_start) {
+            Some(k) => self.user_start + k + 1,
+            None => self.percent + 1,
         }
-        offset += line.len();
     }
-    let Some(start) = line_start else {
-        return Rewrite::NotMagic;
+}
+
+/// Finds a magic in `cell` and rewrites it (see [`rewrite_mapped`]).
+pub fn rewrite(cell: &str) -> Rewrite {
+    rewrite_mapped(cell).0
+}
+
+/// Finds a magic in `cell` and rewrites it; with the columns of its argument for mapping
+/// compile errors back to the user's line.
+///
+/// The magic is the first non-blank line when it starts with `%`, or else a later line
+/// starting with `%NAME` that follows complete Rust statements (the text before it has
+/// balanced brackets and ends with `;` or `}`): those statements run first, in the same
+/// cell, and the magic's value is the cell's value. A `%%name` spelling is accepted as
+/// `%name`. The argument is everything after the name, up to the end of the cell.
+pub fn rewrite_mapped(cell: &str) -> (Rewrite, Option<MagicColumns>) {
+    let Some(start) = magic_line_start(cell) else {
+        return (Rewrite::NotMagic, None);
     };
     let rest = &cell[start..];
     let indent = rest.len() - rest.trim_start_matches([' ', '\t']).len();
     let rest = &rest[indent..];
     let Some(after_pct) = rest.strip_prefix('%') else {
-        return Rewrite::NotMagic;
+        return (Rewrite::NotMagic, None);
     };
     let after_pct = after_pct.strip_prefix('%').unwrap_or(after_pct);
     let name_len = after_pct
@@ -129,15 +156,70 @@ pub fn rewrite(cell: &str) -> Rewrite {
         .unwrap_or(after_pct.len());
     let name = &after_pct[..name_len];
     let arg = &after_pct[name_len..];
+    // Everything before the magic (blank lines, or Rust statements) is kept, so line
+    // numbers are unchanged.
+    let prefix = &cell[..start];
+    let line = prefix.matches('\n').count() + 1;
     let Some(spec) = MAGICS.iter().find(|m| m.name == name) else {
         let shown = if name.is_empty() { "%".to_string() } else { format!("%{name}") };
-        return Rewrite::Error(format!(
-            "unknown magic `{shown}`; the magics are: {}",
-            magic_names()
-        ));
+        let place = if prefix.trim().is_empty() { String::new() } else { format!(" on line {line}") };
+        return (Rewrite::Error(format!("unknown magic `{shown}`{place}; the magics are: {}", magic_names())), None);
     };
-    // Keep everything before the magic (blank lines) so line numbers are unchanged.
-    let prefix = &cell[..start];
+    match magic_call(spec, arg) {
+        Ok((head, body, tail)) => {
+            let chars = |s: &str| s.chars().count();
+            let body_offset = body.as_ptr() as usize - cell.as_ptr() as usize;
+            let body_offset = if body.is_empty() { start + indent } else { body_offset };
+            let columns = MagicColumns {
+                line,
+                percent: chars(&cell[start..start + indent]),
+                user_start: chars(&cell[start..body_offset]),
+                code_start: chars(&head),
+            };
+            (Rewrite::Code(format!("{prefix}{head}{body}{tail}")), Some(columns))
+        }
+        Err(msg) => (Rewrite::Error(msg), None),
+    }
+}
+
+/// The byte offset of the line holding the cell's magic, if any: the first non-blank line
+/// when it starts with `%`; else the first line starting with `%` and a letter whose
+/// preceding text is complete Rust statements (balanced, ending with `;` or `}`), since
+/// such a line cannot continue an expression (`a\n% b` is a remainder).
+fn magic_line_start(cell: &str) -> Option<usize> {
+    let mut offset = 0;
+    let mut first = true;
+    for line in cell.split_inclusive('\n') {
+        let t = line.trim_start_matches([' ', '\t']);
+        if first {
+            if line.trim().is_empty() {
+                offset += line.len();
+                continue;
+            }
+            if t.starts_with('%') {
+                return Some(offset);
+            }
+            first = false;
+        } else if let Some(after) = t.strip_prefix('%')
+            && after.trim_start_matches('%').starts_with(|c: char| c.is_ascii_alphabetic())
+        {
+            let before = cell[..offset].trim_end();
+            if (before.ends_with(';') || before.ends_with('}'))
+                && super::complete::is_complete(before) == super::Completeness::Complete
+            {
+                return Some(offset);
+            }
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// The rewritten call of magic `spec` with argument text `arg` (what follows the name):
+/// the generated text before the user's argument, the argument itself (a slice of `arg`),
+/// and the generated text after it; or the error message.
+fn magic_call<'a>(spec: &MagicSpec, arg: &'a str) -> Result<(String, &'a str, String), String> {
+    let f = spec.function;
     match spec.arg {
         MagicArg::WordOrCompare => {
             let a = arg.trim_start_matches([' ', '\t']);
@@ -145,42 +227,38 @@ pub fn rewrite(cell: &str) -> Rewrite {
                 let body = call.trim_end();
                 let body = body.strip_suffix(';').unwrap_or(body).trim_end();
                 if body.trim().is_empty() {
-                    return Rewrite::Error(format!(
+                    return Err(format!(
                         "%{} compare needs an expression to run, e.g. `%{} compare f.call(&x)`",
                         spec.name, spec.name
                     ));
                 }
                 let body = body.strip_prefix([' ', '\t']).unwrap_or(body);
-                return Rewrite::Code(format!("{prefix}jax::magic::{}_compare(|| {body})", spec.function));
+                return Ok((format!("jax::magic::{f}_compare(|| "), body, ")".into()));
             }
             let word = a.trim();
             if !word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Rewrite::Error(format!(
+                return Err(format!(
                     "%{} takes a precision name (highest, high, default, BF16_BF16_F32, none, ...) or `compare CALL`, got `{word}`",
                     spec.name
                 ));
             }
-            Rewrite::Code(format!("{prefix}jax::magic::{}(\"{word}\")", spec.function))
+            Ok((format!("jax::magic::{f}(\""), word, "\")".into()))
         }
         MagicArg::Ref | MagicArg::OptRef => {
             let body = arg.trim();
             let body = body.strip_suffix(';').unwrap_or(body).trim();
             match (body.is_empty(), spec.arg) {
-                (true, MagicArg::OptRef) => Rewrite::Code(format!("{prefix}jax::magic::{}(None)", spec.function)),
-                (true, _) => Rewrite::Error(format!("%{} needs an array, e.g. `%{} x`", spec.name, spec.name)),
-                (false, MagicArg::OptRef) => Rewrite::Code(format!("{prefix}jax::magic::{}(Some(&({body})))", spec.function)),
-                (false, _) => Rewrite::Code(format!("{prefix}jax::magic::{}(&({body}))", spec.function)),
+                (true, MagicArg::OptRef) => Ok((format!("jax::magic::{f}(None)"), body, String::new())),
+                (true, _) => Err(format!("%{} needs an array, e.g. `%{} x`", spec.name, spec.name)),
+                (false, MagicArg::OptRef) => Ok((format!("jax::magic::{f}(Some(&("), body, ")))".into())),
+                (false, _) => Ok((format!("jax::magic::{f}(&("), body, "))".into())),
             }
         }
         MagicArg::None => {
             if !arg.trim().is_empty() {
-                return Rewrite::Error(format!(
-                    "%{} takes no argument (got `{}`)",
-                    spec.name,
-                    arg.trim()
-                ));
+                return Err(format!("%{} takes no argument (got `{}`)", spec.name, arg.trim()));
             }
-            Rewrite::Code(format!("{prefix}jax::magic::{}()", spec.function))
+            Ok((format!("jax::magic::{f}()"), &arg[..0], String::new()))
         }
         MagicArg::Call | MagicArg::StageCall => {
             // `--stage NAME` (same line) selects `<function>_stage("NAME", ..)`.
@@ -190,26 +268,23 @@ pub fn rewrite(cell: &str) -> Rewrite {
                     let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
                     let stage = &rest[..end];
                     if stage.is_empty() || !stage.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                        return Rewrite::Error(format!(
+                        return Err(format!(
                             "%{} --stage needs a stage name (jaxpr, lowered, opt, llvm, asm), e.g. `%{} --stage asm f.call(&x)`",
                             spec.name, spec.name
                         ));
                     }
-                    (format!("{}_stage(\"{stage}\", ", spec.function), &rest[end..])
+                    (format!("{f}_stage(\"{stage}\", "), &rest[end..])
                 }
-                _ => (format!("{}(", spec.function), arg),
+                _ => (format!("{f}("), arg),
             };
             // The argument keeps its own lines; a trailing `;` would make it a statement.
             let body = arg.trim_end();
             let body = body.strip_suffix(';').unwrap_or(body).trim_end();
             if body.trim().is_empty() {
-                return Rewrite::Error(format!(
-                    "%{} needs an expression to run, e.g. `%{} f.call(&x)`",
-                    spec.name, spec.name
-                ));
+                return Err(format!("%{} needs an expression to run, e.g. `%{} f.call(&x)`", spec.name, spec.name));
             }
             let body = body.strip_prefix([' ', '\t']).unwrap_or(body);
-            Rewrite::Code(format!("{prefix}jax::magic::{function}|| {body})"))
+            Ok((format!("jax::magic::{function}|| "), body, ")".into()))
         }
     }
 }
@@ -281,7 +356,42 @@ mod tests {
     fn not_magic() {
         assert_eq!(rewrite("let x = 1 % 2;"), Rewrite::NotMagic);
         assert_eq!(rewrite(""), Rewrite::NotMagic);
+        // A `%` line continuing an expression is Rust's remainder.
         assert_eq!(rewrite("x\n%time y"), Rewrite::NotMagic);
+        assert_eq!(rewrite("let r = a\n    % b;"), Rewrite::NotMagic);
+        assert_eq!(rewrite("let v = vec![1,\n%x];"), Rewrite::NotMagic);
+    }
+
+    #[test]
+    fn a_magic_after_statements_runs_after_them() {
+        assert_eq!(code("let y = 1;\n%jaxpr f.call(x)"), "let y = 1;\njax::magic::jaxpr(|| f.call(x))");
+        assert_eq!(
+            code("fn g(x: Array) -> Array { x }\n\n  %time g(x.clone())\n"),
+            "fn g(x: Array) -> Array { x }\n\njax::magic::time(|| g(x.clone()))"
+        );
+        let Rewrite::Error(e) = rewrite("let y = 1;\n%jaxp f.call(x)") else { panic!() };
+        assert!(e.starts_with("unknown magic `%jaxp` on line 2; the magics are: %jaxpr,"), "{e}");
+        let Rewrite::Error(e) = rewrite("let y = 1;\n%time") else { panic!() };
+        assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)`");
+    }
+
+    #[test]
+    fn argument_columns_map_back_to_the_users_line() {
+        let (r, cols) = rewrite_mapped("let y = 1;\n  %jaxpr f.call(&nope)");
+        assert_eq!(r, Rewrite::Code("let y = 1;\njax::magic::jaxpr(|| f.call(&nope))".into()));
+        let cols = cols.unwrap();
+        assert_eq!(cols, MagicColumns { line: 2, percent: 2, user_start: 9, code_start: 21 });
+        // `nope` is at rewritten column 30 (1-based) and at the user's column 18.
+        assert_eq!(&"jax::magic::jaxpr(|| f.call(&nope))"[29..33], "nope");
+        assert_eq!(cols.user_column(30), 18);
+        assert_eq!(&"  %jaxpr f.call(&nope)"[17..21], "nope");
+        // In the generated call: the `%`.
+        assert_eq!(cols.user_column(5), 3);
+        let (_, cols) = rewrite_mapped("%compile --stage asm g.call(é)");
+        let cols = cols.unwrap();
+        assert_eq!((cols.user_start, cols.code_start), (21, "jax::magic::compile_stage(\"asm\", || ".len()));
+        let (_, cols) = rewrite_mapped("%sharding ys[0];");
+        assert_eq!(cols.unwrap().user_column(1 + "jax::magic::sharding(&(".len()), 11);
     }
 
     #[test]

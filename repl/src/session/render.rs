@@ -201,8 +201,15 @@ fn undefined_value_named_like_macro(message: &str) -> Option<(String, String)> {
 ///
 /// `shift` is the number of lines the session prepended to the cell (the engine's
 /// line-registration call): spans move up by that much, and spans on those lines are
-/// dropped.
-pub fn compile_errors(errors: &[evcxr::CompilationError], cell: &str, shift: usize) -> Output {
+/// dropped. `cell` is the cell as the user wrote it; with `magic`, its magic line was
+/// rewritten (`%jaxpr CALL` → `jax::magic::jaxpr(|| CALL)`), and spans on that line move
+/// back to the user's columns (those in the generated call point at the `%`).
+pub fn compile_errors(
+    errors: &[evcxr::CompilationError],
+    cell: &str,
+    shift: usize,
+    magic: Option<super::magic::MagicColumns>,
+) -> Output {
     let mut traceback = Vec::new();
     let mut first = None;
     for error in errors {
@@ -231,6 +238,14 @@ pub fn compile_errors(errors: &[evcxr::CompilationError], cell: &str, shift: usi
                 if let Some(sp) = &mut s.span {
                     sp.start_line -= shift;
                     sp.end_line = sp.end_line.saturating_sub(shift).max(sp.start_line);
+                    if let Some(m) = magic {
+                        if sp.start_line == m.line {
+                            sp.start_column = m.user_column(sp.start_column);
+                        }
+                        if sp.end_line == m.line {
+                            sp.end_column = m.user_column(sp.end_column);
+                        }
+                    }
                 }
                 s
             })
