@@ -428,7 +428,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 executable_hit: art.cache_hit,
                 compile_secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
                 reason: None,
-                persistent: art.persistent.as_ref().map(|v| v.text.clone()),
+                persistent: art.persistent.clone(),
             });
         }
         let place = crate::sharding::out_place(

@@ -190,8 +190,8 @@ fn compile_persistent(module: &LoweredModule, opt_level: u8) -> Result<(Executab
         Load::Hit(exe, v) => return Ok((exe, v)),
         Load::Miss(why) | Load::Corrupt(why) => why,
     };
-    let (e, what) = compile::compile_persistent_tiered(module, &opts, Some(Arc::new(p)))?;
-    Ok((e, Verdict { hit: false, text: format!("miss ({why}); {what}") }))
+    let (e, what, later) = compile::compile_persistent_tiered(module, &opts, Some(Arc::new(p)))?;
+    Ok((e, Verdict { hit: false, text: format!("miss ({why}); {what}"), later }))
 }
 
 /// `compile_lowered`, also returning the persistent layer's verdict (`None` for an
