@@ -32,6 +32,9 @@ fn memories_and_reprs() {
     let s_host = s_dev.with_memory_kind("pinned_host").unwrap();
     assert_eq!(format!("{s_host:?}"), "NamedSharding(mesh=Mesh('x': 1, axis_types=(Auto,)), spec=P('x',), memory_kind=pinned_host)");
     assert_eq!(s_host.memory_kind, MemoryKind::PinnedHost);
+    // JAX's names, also where a session shows a value with `{:?}`.
+    assert_eq!(format!("{:?} {}", s_host.memory_kind, s_host.memory_kind), "pinned_host pinned_host");
+    assert_eq!(format!("{:?}", MemoryKind::ALL), "[device, pinned_host, unpinned_host]");
     let single = SingleDeviceSharding::new(d).with_memory_kind("unpinned_host").unwrap();
     assert_eq!(format!("{single:?}"), "SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=unpinned_host)");
     let e = s_dev.with_memory_kind("foo").unwrap_err();

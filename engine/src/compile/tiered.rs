@@ -79,13 +79,9 @@ pub(crate) struct Upgrade {
 
 impl Upgrade {
     fn new(module: LoweredModule, opts: CompileOptions, tier1_aliases: Vec<Option<usize>>, persist: Option<Arc<Pending>>) -> Upgrade {
-        let name = module
-            .text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.strip_prefix("@jit_"))
-            .unwrap_or("?")
-            .to_string();
+        // `jit(<name>)` less its `jit(` `)`.
+        let shown = super::display_name(&module.text);
+        let name = shown.strip_prefix("jit(").and_then(|n| n.strip_suffix(')')).unwrap_or(&shown).to_string();
         Upgrade {
             ready: OnceLock::new(),
             state: AtomicU8::new(IDLE),

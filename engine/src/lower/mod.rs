@@ -115,8 +115,12 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
         }
         params.push(p);
     }
-    let sym: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() || "_$.".contains(c) { c } else { '_' }).collect();
+    // JAX's module name of a lambda is `jit__lambda`.
+    let sym: String = if name == crate::transform::jit::LAMBDA {
+        "_lambda".to_string()
+    } else {
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "_$.".contains(c) { c } else { '_' }).collect()
+    };
     let mut text = format!("module @jit_{sym} {{\n");
     for d in &l.decls {
         text.push_str(&format!("  {d}\n"));

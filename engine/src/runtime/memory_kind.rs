@@ -15,8 +15,10 @@ use crate::error::{Error, Result};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Where an array's bytes live (JAX's `memory_kind`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// Where an array's bytes live (JAX's `memory_kind`). `{}` and `{:?}` both print JAX's
+/// name (`device`, `pinned_host`, `unpinned_host`), which is what a session shows for
+/// `x.sharding()?.memory_kind()`.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum MemoryKind {
     /// The device's own memory (the default).
     #[default]
@@ -66,6 +68,12 @@ impl MemoryKind {
 }
 
 impl fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Debug for MemoryKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }

@@ -8,6 +8,7 @@ pub mod dispatch;
 pub mod interrupt;
 pub mod memory;
 pub mod memory_kind;
+pub mod quiet_panic;
 
 pub use buffer::Buffer;
 pub use dispatch::{barrier, DeviceArray, Placement};

@@ -213,14 +213,20 @@ fn definition_sites() -> &'static Mutex<HashMap<SourceInfo, u64>> {
     S.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// The name JAX gives an anonymous function (a Python `lambda`), ours for a closure.
+pub const LAMBDA: &str = "<lambda>";
+
 fn default_name<F>() -> String {
-    super::item_name::<F>().unwrap_or_else(|| "f".to_string())
+    super::item_name::<F>().unwrap_or_else(|| LAMBDA.to_string())
 }
 
 /// Wraps `f` for tracing and compilation (JAX's `jax.jit`). `f` takes one pytree
 /// argument (several arguments are a tuple) and returns a pytree or `Result` of one.
-/// The function name used in the lowered module (`@jit_<name>`) is the item's name for
-/// `fn` items and `f` for closures; set another with `.with_name`.
+/// The function's name (`jit(<name>)` in logs and `%explain`, `@jit_<name>` in the lowered
+/// module) is the item's name for `fn` items and JAX's name of an anonymous function,
+/// `<lambda>`, for closures (module `@jit__lambda`, as JAX's); `%explain` and the
+/// tracing-cache-miss explanation tell closures apart by their definition site (`cell 3,
+/// line 1`). Set another name with `.with_name`.
 #[track_caller]
 pub fn jit<A, O, F>(f: F) -> Jitted<A, O::Out>
 where
@@ -386,6 +392,16 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         &self.inner.name
     }
 
+    /// The name `%explain` shows: a closure's (`<lambda>`) with its definition site, so two
+    /// closures are told apart: `<lambda> (defined at cell 3, line 1)`.
+    fn explain_name(&self) -> String {
+        if self.inner.name == LAMBDA {
+            format!("{LAMBDA} (defined at {})", self.inner.site.line_label())
+        } else {
+            self.inner.name.clone()
+        }
+    }
+
     /// Calls the function: trace on a new signature, compile on a new lowered module,
     /// then run: on this thread when every input is ready and the computation has no
     /// effects and no `while`/`scan` (`sync_ok`; results are ready arrays), else
@@ -421,7 +437,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         crate::magic::note_call(&self.inner.name, &entry);
         if traced_now || !was_compiled {
             explain::record(Event {
-                function: self.inner.name.clone(),
+                function: self.explain_name(),
                 call_site: source_info(loc),
                 trace_miss: traced_now,
                 trace_secs: if traced_now { entry.trace_secs } else { 0.0 },
