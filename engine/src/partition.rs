@@ -18,7 +18,7 @@
 use crate::error::Result;
 use crate::ir::{Atom, ClosedJaxpr, Jaxpr, Primitive, ShapedArray};
 use crate::runtime::dispatch::{self, DeviceArray, Placement};
-use crate::runtime::Buffer;
+use crate::runtime::{Buffer, MemoryKind};
 use crate::sharding::{BlockIndex, NamedSharding};
 use crate::sharding_rules::Dims;
 use crate::trace::Array;
@@ -33,7 +33,7 @@ fn elementwise(p: &Primitive) -> bool {
         Neg | Exp | Log | Sin | Cos | Tanh | Sqrt | Abs | Not | Add | AddAny | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Eq | Ne | Lt
             | Le | Gt | Ge | SelectN | ConvertElementType { .. } | StopGradient | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic
             | ErfInv | NextAfter | Sign | Floor | Ceil | Round { .. } | IsFinite | Log1p | Expm1 | Logistic | Erf | IntegerPow { .. }
-            | Xor | ReducePrecision { .. }
+            | Xor | ReducePrecision { .. } | DevicePut { .. }
     )
 }
 
@@ -128,8 +128,8 @@ fn exe_cache() -> &'static Mutex<HashMap<Key, (Arc<ClosedJaxpr>, crate::transfor
 /// Runs `j` partitioned on `inputs` when it is shard-local and every sharded input's
 /// shards are at hand; `Ok(None)` means "take the gather path". `name` names the
 /// per-shard executable (`jit(name)`). Results are sharded arrays built from per-device
-/// buffers, committed to the mesh.
-pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &crate::sharding::Mesh) -> Result<Option<Vec<Array>>> {
+/// buffers, committed to the mesh; output `k` is made in memory kind `kinds[k]` (empty: `device`).
+pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &crate::sharding::Mesh, kinds: &[MemoryKind]) -> Result<Option<Vec<Array>>> {
     let ins: Vec<Dims> = crate::sharding::input_dims(inputs, mesh);
     let Some((shape, dims)) = shard_local(j, &ins) else { return Ok(None) };
     let ns = NamedSharding { mesh: mesh.clone(), spec: crate::sharding_rules::spec_of(&dims), memory_kind: crate::runtime::memory_kind::MemoryKind::Device };
@@ -164,7 +164,11 @@ pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], 
     for (dev, idx) in &blocks {
         let outs: Vec<Arc<DeviceArray>> = out_avals
             .iter()
-            .map(|a| DeviceArray::pending_on(ShapedArray { shape: block_shape.clone(), ..a.clone() }, Placement { device: *dev, committed: true }))
+            .enumerate()
+            .map(|(k, a)| {
+                let block = ShapedArray { shape: block_shape.clone(), ..a.clone() };
+                DeviceArray::pending_in(block, Placement { device: *dev, committed: true }, kinds.get(k).copied().unwrap_or_default())
+            })
             .collect();
         let mut args: Vec<Arc<DeviceArray>> = Vec::with_capacity(inputs.len());
         for (d, m) in inputs.iter().zip(&per_input) {
@@ -191,7 +195,11 @@ pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], 
         out_avals
             .into_iter()
             .zip(out_shards)
-            .map(|(aval, shards)| Array::from_device(crate::sharding::sharded_from_shards(aval, ns.clone(), shards)))
+            .enumerate()
+            .map(|(k, (aval, shards))| {
+                let ns = NamedSharding { memory_kind: kinds.get(k).copied().unwrap_or_default(), ..ns.clone() };
+                Array::from_device(crate::sharding::sharded_from_shards(aval, ns, shards))
+            })
             .collect(),
     ))
 }

@@ -232,6 +232,9 @@ pub enum Primitive {
     // -- transformations --
     /// identity whose cotangent and tangent are zero (`jax.lax.stop_gradient`)
     StopGradient,
+    /// identity whose result lives in `memory_kind` (`jax.device_put(x, jax.memory.Space.Host)`
+    /// inside `jit`, JAX's `device_put` equation): decides the memory kind of a jit output
+    DevicePut { memory_kind: crate::runtime::MemoryKind },
     // -- control flow: sub-jaxprs are closed over nothing; their constants are leading operands --
     /// `cond[branches] index *ops`: runs branch `clamp(index, 0, n-1)` on `ops`
     Cond { branches: Vec<Jaxpr> },
@@ -402,6 +405,7 @@ impl Primitive {
             ReduceMin { .. } => "reduce_min",
             DotGeneral { .. } => "dot_general",
             StopGradient => "stop_gradient",
+            DevicePut { .. } => "device_put",
             Cond { .. } => "cond",
             While { .. } => "while",
             Scan { .. } => "scan",

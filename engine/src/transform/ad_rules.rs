@@ -189,6 +189,8 @@ pub fn jvp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ts: &[Opt], out_av
         )?
         .expect("some tangent"),
         StopGradient => return Ok(None),
+        // Linear: the tangent goes to the same memory (JAX's rule).
+        DevicePut { .. } => lax::bind1(p.clone(), vec![arr(&t(0)?)])?,
         _ if p.is_comparison() => return Ok(None),
         _ => return super::ad_rules_ops::jvp(p, ins, outs, ts, out_aval),
     };
@@ -345,6 +347,8 @@ pub fn vjp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ct: &Array) -> Res
             Ok(vec![back(0, dx)?, back(1, dy)?])
         }
         StopGradient => Ok(vec![None]),
+        // The cotangent of a memory move is the cotangent (no copy is needed on CPU).
+        DevicePut { .. } => Ok(vec![back(0, ct.clone())?]),
         DebugCallback { .. } | Iota { .. } => Ok(vec![None; ins.len()]),
         _ if p.is_comparison() || matches!(p, And | Or | Not) => Ok(vec![None; ins.len()]),
         _ => super::ad_rules_ops::vjp(p, ins, outs, ct),

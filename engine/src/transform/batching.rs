@@ -61,7 +61,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
     use Primitive::*;
     let one = |x: Array| Ok(vec![BVal { x, batched: true }]);
     match p {
-        _ if p.is_unary_elementwise() || matches!(p, ConvertElementType { .. } | BitcastConvertType { .. } | StopGradient) => {
+        _ if p.is_unary_elementwise() || matches!(p, ConvertElementType { .. } | BitcastConvertType { .. } | StopGradient | DevicePut { .. }) => {
             one(bind(p.clone(), vec![arr(&ins[0].x)], loc)?.remove(0))
         }
         _ if p.is_binary_elementwise() || matches!(p, SelectN) => {

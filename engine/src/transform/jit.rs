@@ -17,7 +17,7 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::ir::{ClosedJaxpr, ShapedArray, SourceInfo};
 use crate::compile::ArgBuf;
-use crate::runtime::{dispatch, Buffer, DeviceArray};
+use crate::runtime::{dispatch, Buffer, DeviceArray, MemoryKind};
 use crate::sharding::OutPlace;
 use smallvec::SmallVec;
 use crate::trace::pytree::{flatten_value, ArgLeaf, Args, Flat, Pytree, StaticValue, TreeDef};
@@ -156,6 +156,18 @@ pub struct CacheEntry {
     /// Op metadata scope (`set_xla_metadata`) open when traced: part of the cache key, as
     /// in JAX (its equations carry it).
     pub xla_metadata: Option<Arc<str>>,
+    /// Memory kind per flat argument (`in_shardings` with a memory kind) and per output
+    /// (`out_shardings` with a memory kind, else a `device_put` to a memory kind that makes
+    /// it); empty: all `device`. Lowered as `mhlo.memory_kind`; outputs are made there.
+    pub in_kinds: Vec<crate::runtime::MemoryKind>,
+    pub out_kinds: Vec<crate::runtime::MemoryKind>,
+}
+
+impl CacheEntry {
+    /// The stage options of this entry at `opt_level` (donation, memory kinds).
+    pub(crate) fn stage_options(&self, opt_level: Option<u8>) -> StageOptions {
+        StageOptions { donated: self.donated.clone(), opt_level, in_memory_kinds: self.in_kinds.clone(), out_memory_kinds: self.out_kinds.clone() }
+    }
 }
 
 /// Whether a computation may run on the calling thread when its inputs are ready: it has
@@ -325,6 +337,48 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         Ok(())
     }
 
+    /// The memory kinds of the flat arguments (`in_shardings`) and of the outputs
+    /// (`out_shardings`, else `device_put` equations of `jaxpr`); each empty when all are
+    /// `device`.
+    fn memory_kinds(&self, def: &TreeDef, jaxpr: &crate::ir::Jaxpr) -> (Vec<MemoryKind>, Vec<MemoryKind>) {
+        let mut ins = vec![MemoryKind::Device; def.num_leaves()];
+        if let Some(targets) = &self.inner.shardings.ins {
+            for (t, r) in targets.iter().zip(def.arg_leaf_ranges()) {
+                if let Some(k) = t.as_ref().and_then(crate::sharding::PutTarget::memory_kind) {
+                    ins[r].iter_mut().for_each(|x| *x = k);
+                }
+            }
+        }
+        let mut outs = crate::runtime::memory_kind::jaxpr_out_kinds(jaxpr);
+        if let Some(targets) = &self.inner.shardings.outs {
+            outs.resize(jaxpr.outvars.len(), MemoryKind::Device);
+            for (i, o) in outs.iter_mut().enumerate() {
+                if let Some(t) = targets.get(i).or(if targets.len() == 1 { targets.first() } else { None }) {
+                    *o = t.memory_kind().unwrap_or(MemoryKind::Device);
+                }
+            }
+        }
+        let none_host = |v: Vec<MemoryKind>| if v.iter().any(|k| k.is_host()) { v } else { vec![] };
+        (none_host(ins), none_host(outs))
+    }
+
+    /// `place` with outputs made in `kinds`, committed when every `out_shardings` target
+    /// is a single-device sharding of the device they are computed on.
+    fn out_place_in_kinds(&self, mut place: OutPlace, kinds: &[MemoryKind]) -> OutPlace {
+        let device = place.placement.device;
+        if let Some(targets) = &self.inner.shardings.outs {
+            let here = |t: &crate::sharding::PutTarget| match t {
+                crate::sharding::PutTarget::Sharding(crate::sharding::Sharding::Single(s)) => s.device.id == device,
+                crate::sharding::PutTarget::Device(d) => d.id == device,
+                _ => false,
+            };
+            if targets.iter().all(here) {
+                place.placement.committed = true;
+            }
+        }
+        place.with_kinds(kinds)
+    }
+
     /// Lays the outputs out per `out_shardings`.
     fn place_outputs(&self, outs: Vec<Array>) -> Result<Vec<Array>> {
         let Some(targets) = &self.inner.shardings.outs else { return Ok(outs) };
@@ -467,12 +521,16 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             let place = place.for_jaxpr(&entry.jaxpr, &ins).map_err(|e| e.at(Some(source_info(loc))))?;
             if !entry.donated.iter().any(|d| *d) {
                 // Shard-local programs run per device, without a gather (`partition.rs`).
-                partitioned = crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh)?;
+                partitioned = crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &entry.out_kinds)?;
             }
             place
         } else {
             place
         };
+        // Outputs in a host memory kind (`out_shardings` with a memory kind, `device_put` to
+        // a memory kind) are made there; outputs whose `out_shardings` is this device are
+        // committed to it, so `place_outputs` has nothing to move.
+        let place = if entry.out_kinds.is_empty() { place } else { self.out_place_in_kinds(place, &entry.out_kinds) };
         let outs = if let Some(outs) = partitioned {
             outs
         } else if entry.sync {
@@ -543,7 +601,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         if let Some(c) = entry.compiled.get() {
             return Ok(c);
         }
-        let opts = StageOptions { donated: entry.donated.clone(), opt_level: Some(self.resolved_opt_level()?) };
+        let opts = entry.stage_options(Some(self.resolved_opt_level()?));
         let c = {
             let _precision = crate::lax::precision::with_default_matmul_precision(entry.matmul_precision)?;
             pipeline::compile_jaxpr(&entry.jaxpr, &self.inner.name, &opts)?
@@ -579,6 +637,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let sync = sync_ok(&jaxpr.jaxpr);
         let has_effects = jaxpr.jaxpr.has_effects();
         let has_shard_map = crate::transform::shard_map::contains_shard_map(&jaxpr.jaxpr);
+        let (in_kinds, out_kinds) = self.memory_kinds(&flat.treedef, &jaxpr.jaxpr);
         let entry = Arc::new(CacheEntry {
             jaxpr,
             out_statics,
@@ -591,6 +650,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             has_shard_map,
             matmul_precision: crate::lax::precision::default_matmul_precision(),
             xla_metadata: crate::trace::metadata::current_metadata(),
+            in_kinds,
+            out_kinds,
         });
         if config::log_compiles() {
             eprintln!("Finished tracing {} for jit in {:.9} sec", self.inner.name, entry.trace_secs);

@@ -23,6 +23,11 @@ pub struct StageOptions {
     pub donated: Vec<bool>,
     /// LLVM optimisation level (default 2).
     pub opt_level: Option<u8>,
+    /// Per flat argument and per result: the memory kind (`LowerOptions`; empty: all
+    /// `device`). Part of the lowered text, so of the executable cache key.
+    pub in_memory_kinds: Vec<crate::runtime::MemoryKind>,
+    /// Per result: its memory kind (empty: all `device`).
+    pub out_memory_kinds: Vec<crate::runtime::MemoryKind>,
 }
 
 /// What compiling a jaxpr produced.
@@ -130,7 +135,8 @@ pub fn lower_closed(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result<
     let c = ClosedJaxpr { jaxpr: canonicalize(&j.jaxpr), consts: j.consts.clone() };
     let mut donated = opts.donated.clone();
     donated.resize(c.jaxpr.invars.len(), false);
-    lower::lower_jaxpr(&c, name, &LowerOptions { donated })
+    let (in_memory_kinds, out_memory_kinds) = (opts.in_memory_kinds.clone(), opts.out_memory_kinds.clone());
+    lower::lower_jaxpr(&c, name, &LowerOptions { donated, in_memory_kinds, out_memory_kinds })
 }
 
 /// The process-wide compiler flags, `JAXREPL_FLAGS` (in the spirit of `XLA_FLAGS`):
