@@ -223,6 +223,12 @@ fn device_put_to_a_memory_kind_inside_jit() {
     let e = device_put(&x, MemoryKind::PinnedHost).unwrap();
     assert_eq!(format!("{:?}", e.sharding().unwrap()), "SingleDeviceSharding(device=CpuDevice(id=6), memory_kind=pinned_host)");
     assert_eq!(e.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    // Under vmap the batched value moves.
+    let vm = jit(vmap(|r: Array| device_put(&(r.sum() + 1.0), MemoryKind::PinnedHost)));
+    let s = vm.call(&jnp::arange(6.0).reshape(&[2, 3])).unwrap();
+    assert_eq!(s.sharding().unwrap().memory_kind(), MemoryKind::PinnedHost);
+    assert_eq!(s.to_vec::<f32>().unwrap(), vec![4.0, 13.0]);
+    drop(s);
     // Differentiable (linear): d/dx sum(device_put(x * x)) = 2x.
     let g = grad(|x: Array| -> jax::Result<Array> { Ok(device_put(&(&x * &x), MemoryKind::PinnedHost)?.sum()) })(jnp::arange(4.0)).unwrap();
     assert_eq!(g.to_vec::<f32>().unwrap(), vec![0.0, 2.0, 4.0, 6.0]);
