@@ -79,5 +79,5 @@ def test_outputs_in_host_memory(nb):
 
 
 def test_memory_analysis_host_sizes_are_zero(nb):
-    text = outputs_text(cell_with(nb, ".memory_analysis()"))
+    text = outputs_text(cell_with(nb, "adam.lower("))
     assert "host_output_size_in_bytes=0" in text and "host_argument_size_in_bytes=0" in text, text
