@@ -110,28 +110,34 @@ pub fn scoped(name: &str, value: bool) -> Result<FlagGuard> {
     Ok(FlagGuard { flag, before })
 }
 
-/// The error for a flag name that `update`/`update_str`/`read`/`scoped` do not know: one
-/// list of every flag with the setter it takes (a known flag given to the wrong setter
-/// says which one to use).
-fn unknown(name: &str) -> Error {
-    let bools: Vec<&str> = ALL.iter().map(|f| f.name).collect();
-    let mut texts: Vec<&str> = STRINGS.iter().map(|f| f.name).collect();
-    texts.push("jax_default_matmul_precision");
-    let setter = if bools.contains(&name) {
-        Some("a boolean: config::update(name, true)")
-    } else if texts.contains(&name) {
-        Some("a text value: config::update_str(name, \"...\")")
-    } else if name == "jax_num_cpu_devices" {
-        Some("an integer: config::update_int(name, 4)")
-    } else {
-        None
+/// The type of flag `name` and the call that sets it (`None` for an unknown name).
+fn kind_of(name: &str) -> Option<(&'static str, String)> {
+    let (kind, call) = match name {
+        "jax_persistent_cache_min_compile_time_secs" => ("a float (seconds)", format!("config::update_float({name:?}, 1.0)")),
+        "jax_persistent_cache_min_entry_size_bytes" => ("an int (bytes)", format!("config::update_int({name:?}, 0)")),
+        "jax_num_cpu_devices" => ("an int", format!("config::update_int({name:?}, 4)")),
+        "jax_default_matmul_precision" => ("a str", format!("config::update_str({name:?}, \"highest\")")),
+        _ if ALL.iter().any(|f| f.name == name) => ("a bool", format!("config::update({name:?}, true)")),
+        _ if STRINGS.iter().any(|f| f.name == name) => ("a str", format!("config::update_str({name:?}, \"...\")")),
+        _ => return None,
     };
-    if let Some(setter) = setter {
-        return Error::value_error(format!("config flag {name:?} takes {setter}"));
+    Some((kind, call))
+}
+
+/// The error of a setter that does not take flag `name`: a known flag given to the wrong
+/// setter names its type and the right setter (`config flag "jax_enable_x64" is a bool:
+/// set it with config::update("jax_enable_x64", true)`); an unknown name lists every flag
+/// with the setter it takes.
+fn unknown(name: &str) -> Error {
+    if let Some((kind, call)) = kind_of(name) {
+        return Error::value_error(format!("config flag {name:?} is {kind}: set it with {call}"));
     }
+    let bools: Vec<&str> = ALL.iter().map(|f| f.name).collect();
+    let texts: Vec<&str> = STRINGS.iter().map(|f| f.name).filter(|n| !n.starts_with("jax_persistent_cache_min")).collect();
     Error::value_error(format!(
-        "unknown config flag {name:?}; known flags: {} (booleans: config::update); {} (text: config::update_str); \
-         jax_num_cpu_devices (integer: config::update_int)",
+        "unknown config flag {name:?}; known flags: {} (bool: config::update); {}, jax_default_matmul_precision (str: \
+         config::update_str); jax_persistent_cache_min_compile_time_secs (float: config::update_float); \
+         jax_num_cpu_devices, jax_persistent_cache_min_entry_size_bytes (int: config::update_int)",
         bools.join(", "),
         texts.join(", ")
     ))
@@ -210,16 +216,15 @@ pub fn set_cache_dir(path: &str) -> Result<()> {
 }
 /// Sets a number-valued flag: `jax_persistent_cache_min_compile_time_secs` (seconds, at
 /// least 0) or `jax_persistent_cache_min_entry_size_bytes` (whole bytes, -1 or more).
-/// Errors: `ValueError` for another name or a value out of range.
+/// Errors: `ValueError` for a value out of range, or for another flag (naming its type
+/// and setter, see `update`).
 pub fn update_float(name: &str, value: f64) -> Result<()> {
     match name {
         "jax_persistent_cache_min_entry_size_bytes" if value.fract() != 0.0 => {
             Err(Error::value_error(format!("{name} takes a whole number of bytes, got {value}")))
         }
         "jax_persistent_cache_min_compile_time_secs" | "jax_persistent_cache_min_entry_size_bytes" => update_str(name, &value.to_string()),
-        _ => Err(Error::value_error(format!(
-            "unknown number config flag {name:?}; known: jax_persistent_cache_min_compile_time_secs, jax_persistent_cache_min_entry_size_bytes"
-        ))),
+        _ => Err(unknown(name)),
     }
 }
 /// Checks a text value of a persistent-cache number flag.
@@ -253,8 +258,10 @@ pub fn describe_strings() -> Vec<(&'static str, &'static str, String, &'static s
     STRINGS.iter().map(|f| (f.name, f.env, f.get(), f.doc)).collect()
 }
 
-/// Sets flag `name` (e.g. `"jax_explain_cache_misses"`) to `value`.
-/// Errors: `ValueError` naming the known flags for an unknown name.
+/// Sets boolean flag `name` (e.g. `"jax_explain_cache_misses"`) to `value`.
+/// Errors: `ValueError`: for a flag of another type, its type and the setter to use
+/// (`config flag "jax_persistent_cache_min_compile_time_secs" is a float (seconds): set it
+/// with config::update_float(..)`); for an unknown name, every flag with its setter.
 pub fn update(name: &str, value: bool) -> Result<()> {
     match ALL.iter().find(|f| f.name == name) {
         Some(f) => {

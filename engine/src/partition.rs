@@ -40,7 +40,7 @@
 use crate::error::{Error, Result};
 use crate::ir::{Atom, ClosedJaxpr, Collective, DType, Eqn, Jaxpr, Literal, Primitive, Scalar, ShapedArray, Var};
 use crate::runtime::dispatch::{self, DeviceArray, Placement};
-use crate::runtime::Buffer;
+use crate::runtime::{Buffer, MemoryKind};
 use crate::sharding::{Mesh, NamedSharding, PartitionSpec};
 use crate::sharding_rules::{spec_of, Dims};
 use crate::trace::Array;
@@ -56,7 +56,7 @@ fn elementwise(p: &Primitive) -> bool {
         Neg | Exp | Log | Sin | Cos | Tanh | Sqrt | Abs | Not | Add | AddAny | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Eq | Ne | Lt
             | Le | Gt | Ge | SelectN | ConvertElementType { .. } | StopGradient | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic
             | ErfInv | NextAfter | Sign | Floor | Ceil | Round { .. } | IsFinite | Log1p | Expm1 | Logistic | Erf | IntegerPow { .. }
-            | Xor | ReducePrecision { .. }
+            | Xor | ReducePrecision { .. } | DevicePut { .. }
     )
 }
 
@@ -680,9 +680,10 @@ static SUBMIT: Mutex<()> = Mutex::new(());
 /// `out_shardings`, else the propagated one); `Ok(None)` means "take the gather path".
 /// `name` names the per-device executables (`jit(name)`), compiled with `opts` (the
 /// caller's optimisation level; the matmul precision in effect applies). Results are sharded arrays
-/// built from per-device buffers, committed to the mesh. Errors: compilation errors; a
-/// device's runtime error is the results' error.
-pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Result<Option<Vec<Array>>> {
+/// built from per-device buffers, committed to the mesh; result `k` is made in memory kind
+/// `kinds[k]` (empty: `device`). Errors: compilation errors; a device's runtime error is
+/// the results' error.
+pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions, kinds: &[MemoryKind]) -> Result<Option<Vec<Array>>> {
     let (args, declared) = layouts(inputs, mesh);
     let Some(plan) = cached_plan(j, mesh, &args, &declared, want, name, opts)? else { return Ok(None) };
     // Per argument: its per-device shards when they exist (replicated ones too: each
@@ -706,7 +707,11 @@ pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], 
                 Some(m) => dargs.push(m.get(&dev).cloned().ok_or_else(|| Error::runtime(format!("internal: no shard on device {dev}")))?),
             }
         }
-        let outs: Vec<Arc<DeviceArray>> = out_avals.iter().map(|a| DeviceArray::pending_on(a.clone(), Placement { device: dev, committed: true })).collect();
+        let outs: Vec<Arc<DeviceArray>> = out_avals
+            .iter()
+            .enumerate()
+            .map(|(i, a)| DeviceArray::pending_in(a.clone(), Placement { device: dev, committed: true }, kinds.get(i).copied().unwrap_or_default()))
+            .collect();
         for (i, o) in outs.iter().enumerate() {
             let idx = blocks[i].get(&dev).cloned().ok_or_else(|| Error::runtime("internal: result block"))?;
             out_shards[i].push((dev, idx, o.clone()));
@@ -726,7 +731,11 @@ pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], 
         plan.outs
             .iter()
             .zip(out_shards)
-            .map(|((_, g, ns), shards)| Array::from_device(crate::sharding::sharded_from_shards(g.clone(), ns.clone(), shards)))
+            .enumerate()
+            .map(|(k, ((_, g, ns), shards))| {
+                let ns = NamedSharding { memory_kind: kinds.get(k).copied().unwrap_or_default(), ..ns.clone() };
+                Array::from_device(crate::sharding::sharded_from_shards(g.clone(), ns, shards))
+            })
             .collect(),
     ))
 }

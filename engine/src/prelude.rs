@@ -21,6 +21,8 @@ pub use crate::sharding::{
     device_count, device_put, devices, get_mesh, local_devices, make_mesh, set_mesh, typeof_, AxisType, Device, Mesh, NamedSharding,
     PartitionSpec, Sharding, SingleDeviceSharding,
 };
+// JAX's `jax.memory.Space`: `device_put(&x, MemoryKind::PinnedHost)`.
+pub use crate::sharding::MemoryKind;
 pub use crate::sharding::{dot_out_sharding, reshard, with_sharding_constraint};
 pub use crate::trace::pytree::Static;
 pub use crate::tree::{self, Pytree, TreeDef};

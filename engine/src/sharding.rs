@@ -776,6 +776,28 @@ pub enum PutTarget {
     Sharding(Sharding),
     /// Split by a spec over the current mesh (`set_mesh`).
     Spec(PartitionSpec),
+    /// The same layout in another memory kind (JAX's `jax.device_put(x,
+    /// jax.memory.Space.Host)`: `MemoryKind::PinnedHost`).
+    Memory(MemoryKind),
+}
+
+/// `device_put(x, MemoryKind::PinnedHost)`: JAX's `jax.device_put(x, jax.memory.Space.Host)`.
+impl From<MemoryKind> for PutTarget {
+    fn from(k: MemoryKind) -> Self {
+        PutTarget::Memory(k)
+    }
+}
+
+impl PutTarget {
+    /// The memory kind a `device_put` to this target asks for, when it asks for one: a
+    /// `Memory` target, or a sharding in a host kind (`None`: a plain placement).
+    pub(crate) fn memory_kind(&self) -> Option<MemoryKind> {
+        match self {
+            PutTarget::Memory(k) => Some(*k),
+            PutTarget::Sharding(s) if s.memory_kind().is_host() => Some(s.memory_kind()),
+            _ => None,
+        }
+    }
 }
 
 impl From<Device> for PutTarget {
@@ -793,9 +815,10 @@ impl From<&NamedSharding> for PutTarget {
         PutTarget::Sharding(Sharding::Named(s.clone()))
     }
 }
+/// Its device and memory kind (`with_memory_kind`).
 impl From<SingleDeviceSharding> for PutTarget {
     fn from(s: SingleDeviceSharding) -> Self {
-        PutTarget::Device(s.device)
+        PutTarget::Sharding(Sharding::Single(s))
     }
 }
 impl From<Sharding> for PutTarget {
@@ -816,18 +839,32 @@ impl From<&Mesh> for PutTarget {
 }
 
 /// `jax.device_put(x, target)`: copies `x` to a device (the result is committed to it), or
-/// splits it over a mesh by a sharding (one buffer per device, committed). Asynchronous:
-/// the copies run on the target devices' workers. Inside `jit` it returns `x` unchanged
-/// (placement inside computations comes with the partitioner).
+/// splits it over a mesh by a sharding (one buffer per device, committed), or moves it to
+/// another memory kind keeping its layout (`device_put(&x, MemoryKind::PinnedHost)`,
+/// JAX's `jax.memory.Space.Host`). Asynchronous: the copies run on the target devices'
+/// workers. Inside `jit` a target with a memory kind (a `MemoryKind`, or a sharding
+/// `with_memory_kind` of a host kind) stages a `device_put` equation, so the jitted
+/// function's result that it makes lives in that kind; other targets return `x`
+/// unchanged (placement inside computations comes with the partitioner).
 /// Errors: `ValueError` for a `PartitionSpec` with no mesh set, specs that do not fit the
 /// mesh or the shape (JAX's divisibility error).
+#[track_caller]
 pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
+    let target = target.into();
     let src = match &x.0 {
-        Repr::Tracer(_) => return Ok(x.clone()),
+        Repr::Tracer(_) => {
+            return match target.memory_kind() {
+                Some(memory_kind) => {
+                    crate::lax::bind1(crate::ir::Primitive::DevicePut { memory_kind }, vec![crate::trace::Operand::Array(x.clone())])
+                }
+                None => Ok(x.clone()),
+            };
+        }
         Repr::Device(d) => d.clone(),
     };
     device_count();
-    let sharding = match target.into() {
+    let sharding = match target {
+        PutTarget::Memory(kind) => x.sharding()?.with_memory_kind(kind.name())?,
         PutTarget::Device(d) => Sharding::Single(SingleDeviceSharding { device: Device::new(d.id as usize)?, memory_kind: MemoryKind::Device }),
         PutTarget::Sharding(s) => s,
         PutTarget::Spec(spec) => {
@@ -898,14 +935,27 @@ pub(crate) struct OutPlace {
     sharded: Option<(NamedSharding, Vec<usize>)>,
     /// Per output, the propagated spec (`for_eqn` / `for_jaxpr`); `None`: not propagated.
     specs: Option<Vec<PartitionSpec>>,
+    /// Per output, the memory kind it is made in (`with_kinds`); empty: all `device`.
+    kinds: Vec<MemoryKind>,
 }
 
 impl OutPlace {
-    pub(crate) const DEFAULT: OutPlace = OutPlace { placement: Placement::DEFAULT, sharded: None, specs: None };
+    pub(crate) const DEFAULT: OutPlace = OutPlace { placement: Placement::DEFAULT, sharded: None, specs: None, kinds: Vec::new() };
+
+    /// The same place, with output `i` made in memory kind `kinds[i]` (accounted there
+    /// from the start, so no copy is needed to move it: on CPU every kind is the same RAM).
+    pub(crate) fn with_kinds(self, kinds: &[MemoryKind]) -> OutPlace {
+        OutPlace { kinds: kinds.to_vec(), ..self }
+    }
 
     /// Result `i` of the call, of type `aval`: ready with `whole`, else pending.
     pub(crate) fn out(&self, i: usize, aval: ShapedArray, whole: Option<Arc<Buffer>>) -> Arc<DeviceArray> {
+        let kind = self.kinds.get(i).copied().unwrap_or_default();
         match &self.sharded {
+            None if kind.is_host() => match whole {
+                Some(b) => DeviceArray::ready_in(aval, b, self.placement, kind),
+                None => DeviceArray::pending_in(aval, self.placement, kind),
+            },
             None => match whole {
                 Some(b) => DeviceArray::ready_on(aval, b, self.placement),
                 None => DeviceArray::pending_on(aval, self.placement),
@@ -917,7 +967,7 @@ impl OutPlace {
                     None => PartitionSpec::default(),
                 };
                 let spec = if spec.0.iter().all(|e| e.0.is_empty()) { PartitionSpec::default() } else { spec };
-                let sh = Sharded { sharding: NamedSharding { mesh: ns.mesh.clone(), spec, memory_kind: MemoryKind::Device }, shards: OnceLock::new(), gather_on_wait: false };
+                let sh = Sharded { sharding: NamedSharding { mesh: ns.mesh.clone(), spec, memory_kind: kind }, shards: OnceLock::new(), gather_on_wait: false };
                 DeviceArray::sharded(aval, self.placement, sh, whole)
             }
         }
@@ -1012,7 +1062,7 @@ pub(crate) fn out_place<'a>(
     let sharded = inputs
         .filter(|d| d.placement.committed)
         .find_map(|d| d.sharded_info().map(|s| (s.sharding.clone(), d.aval.shape.clone())));
-    Ok(OutPlace { placement: f.placement, sharded, specs: None })
+    Ok(OutPlace { placement: f.placement, sharded, specs: None, kinds: Vec::new() })
 }
 
 /// Argument names JAX uses for an eager op: `x`, `y` for binary ops, else `args[i]`.
@@ -1031,6 +1081,7 @@ pub(crate) fn placed_as(x: &Array, target: &PutTarget) -> bool {
             (Some(m), Sharding::Named(ns)) => ns.mesh == m && &ns.spec == spec && ns.memory_kind == MemoryKind::Device,
             _ => false,
         },
+        PutTarget::Memory(k) => s.memory_kind() == *k,
     }
 }
 

@@ -2,8 +2,10 @@
 JAX's behaviour on CPU (jax 0.10.2 texts, inventory sections 15 and 1.4): the memories a
 device addresses, shardings with a memory kind and JAX's error for an unknown kind,
 device_put between kinds keeping values, per-kind accounting (a device's bytes drop when
-parameters move to host memory), and the device memory saved by offloading Adam's state
-with the same losses."""
+parameters move to host memory), the device memory saved by offloading Adam's state
+with the same losses, and jit outputs made in host memory (out_shardings with a memory
+kind, device_put to a memory kind inside jit: the device's bytes do not move;
+mhlo.memory_kind in the lowered text as JAX's lowering writes it)."""
 import re
 
 import pytest
@@ -68,6 +70,14 @@ def test_offloading_optimizer_state_saves_device_memory(nb):
     assert len(losses) == 3 and losses[0] > losses[1] > losses[2] > 0, losses
 
 
+def test_outputs_in_host_memory(nb):
+    text = outputs_text(cell_with(nb, "let scale = jit("))
+    lines = text.splitlines()
+    assert lines[:3] == ["pinned_host", "device +0 bytes, pinned_host +1048576 bytes", "pinned_host"], text
+    assert lines[3].startswith("func.func public @main(") and 'mhlo.memory_kind = "pinned_host"' in lines[3], text
+    assert ", output_size_in_bytes=0," in lines[4] and "host_output_size_in_bytes=1048576" in lines[4], text
+
+
 def test_memory_analysis_host_sizes_are_zero(nb):
-    text = outputs_text(cell_with(nb, ".memory_analysis()"))
+    text = outputs_text(cell_with(nb, "adam.lower("))
     assert "host_output_size_in_bytes=0" in text and "host_argument_size_in_bytes=0" in text, text

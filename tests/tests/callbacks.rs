@@ -261,3 +261,32 @@ fn sharded_data_under_jit_is_one_global_call() {
     close(&y, &[0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]);
     assert_eq!(*seen.lock().unwrap(), vec![vec![8]], "one call with the global array");
 }
+
+#[test]
+fn a_panicking_callback_reports_only_its_error() {
+    eight_cpu_devices();
+    let _l = serial();
+    // A hook that counts the panics carrying our marker and forwards every other panic.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let previous = std::panic::take_hook();
+    let s = seen.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.payload().downcast_ref::<String>().cloned().or_else(|| info.payload().downcast_ref::<&str>().map(|m| m.to_string()));
+        if msg.is_some_and(|m| m.contains("quiet-marker")) {
+            s.fetch_add(1, Ordering::SeqCst);
+        } else {
+            previous(info);
+        }
+    }));
+    let boom = |_: &[Array]| -> jax::Result<Vec<Array>> { panic!("quiet-marker {}", 42) };
+    let f = jit(move |x: Array| pure_callback(boom, &[ShapeDtypeStruct::like(&x)], &[x], None).map(|mut v| v.remove(0)));
+    let e = f.call(&jnp::ones(&[3], DType::F32)).unwrap_err();
+    assert_eq!(e.to_string(), "RuntimeError: pure_callback `<closure>` failed: the callback panicked: quiet-marker 42");
+    let e = pure_callback(boom, &[ShapeDtypeStruct::new(&[1], DType::F32)], &[Array::from_slice(&[1.0f32])], None).unwrap_err();
+    assert_eq!(e.to_string(), "RuntimeError: pure_callback `<closure>` failed: the callback panicked: quiet-marker 42");
+    // Neither panic reached the hook; a panic outside a callback still does (restored).
+    assert_eq!(seen.load(Ordering::SeqCst), 0);
+    assert!(std::panic::catch_unwind(|| panic!("quiet-marker outside")).is_err());
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    let _ = std::panic::take_hook(); // back to the default hook
+}

@@ -192,7 +192,7 @@ fn committed_arrays_place_results_and_mixing_devices_is_an_error() {
     let e = f.call((&a, &b)).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "ValueError: Received incompatible devices for jitted computation. Got argument args[0] of f with shape float32[] and with device ids [0] on platform CPU and argument args[1] of f with shape float32[] and with device ids [1] on platform CPU"
+        "ValueError: Received incompatible devices for jitted computation. Got argument args[0] of <lambda> with shape float32[] and with device ids [0] on platform CPU and argument args[1] of <lambda> with shape float32[] and with device ids [1] on platform CPU"
     );
     // Uncommitted values follow committed ones, eagerly and under jit.
     let u = Array::scalar(3.0f32);

@@ -86,10 +86,34 @@ fn config_errors_list_every_flag_with_its_setter() {
     }
     let e2 = config::update_str("jax_no_such_flag", "x").unwrap_err();
     assert_eq!(e2.message, e.message, "one list for every setter");
+    for name in ["jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes"] {
+        assert!(e.message.contains(name), "{name} missing from: {}", e.message);
+    }
+    // A known flag given to the wrong setter: its type and the setter that takes it.
     let wrong = config::update("jax_dump_ir_to", true).unwrap_err();
-    assert_eq!(wrong.message, "config flag \"jax_dump_ir_to\" takes a text value: config::update_str(name, \"...\")");
+    assert_eq!(wrong.message, "config flag \"jax_dump_ir_to\" is a str: set it with config::update_str(\"jax_dump_ir_to\", \"...\")");
     let wrong = config::update_str("jax_enable_x64", "1").unwrap_err();
-    assert_eq!(wrong.message, "config flag \"jax_enable_x64\" takes a boolean: config::update(name, true)");
+    assert_eq!(wrong.message, "config flag \"jax_enable_x64\" is a bool: set it with config::update(\"jax_enable_x64\", true)");
+    let wrong = config::update("jax_persistent_cache_min_compile_time_secs", true).unwrap_err();
+    assert_eq!(wrong.ename(), "ValueError");
+    assert_eq!(
+        wrong.message,
+        "config flag \"jax_persistent_cache_min_compile_time_secs\" is a float (seconds): set it with config::update_float(\"jax_persistent_cache_min_compile_time_secs\", 1.0)"
+    );
+    let wrong = config::update("jax_persistent_cache_min_entry_size_bytes", false).unwrap_err();
+    assert_eq!(
+        wrong.message,
+        "config flag \"jax_persistent_cache_min_entry_size_bytes\" is an int (bytes): set it with config::update_int(\"jax_persistent_cache_min_entry_size_bytes\", 0)"
+    );
+    let wrong = config::update_float("jax_num_cpu_devices", 4.0).unwrap_err();
+    assert_eq!(wrong.message, "config flag \"jax_num_cpu_devices\" is an int: set it with config::update_int(\"jax_num_cpu_devices\", 4)");
+    let wrong = config::update_int("jax_debug_nans", 1).unwrap_err();
+    assert_eq!(wrong.message, "config flag \"jax_debug_nans\" is a bool: set it with config::update(\"jax_debug_nans\", true)");
+    let wrong = config::update("jax_default_matmul_precision", true).unwrap_err();
+    assert_eq!(
+        wrong.message,
+        "config flag \"jax_default_matmul_precision\" is a str: set it with config::update_str(\"jax_default_matmul_precision\", \"highest\")"
+    );
 }
 
 #[test]

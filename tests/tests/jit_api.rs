@@ -152,7 +152,9 @@ fn aot_stages_text_cost_and_mismatch_error() {
     let traced = f.trace((&i32s, &i32s)).unwrap();
     let lowered = traced.lower().unwrap();
     let text = lowered.as_text();
-    assert!(text.contains("module @jit_f"), "{text}");
+    // A closure is JAX's `<lambda>`: `module @jit__lambda`, as JAX lowers `jax.jit(lambda x, y: 2 * x + y)`.
+    assert!(text.contains("module @jit__lambda {"), "{text}");
+    assert_eq!(f.name(), "<lambda>");
     assert!(text.contains("func.func public @main(%arg0: tensor<i32>, %arg1: tensor<i32>)"), "{text}");
     let compiled = lowered.compile().unwrap();
     assert_eq!(compiled.cost_analysis().flops, 2.0);
@@ -192,6 +194,28 @@ fn explain_cache_misses_text() {
     let report = jax::magic::explain().0;
     assert!(report.contains("never seen function"), "{report}");
     assert!(report.contains("* at args[0], now f32[3] and before i32[3]"), "{report}");
+}
+
+#[test]
+fn closures_are_lambdas_told_apart_by_their_definition_site() {
+    // JAX names an anonymous function `<lambda>` (`jit(<lambda>)`, module `@jit__lambda`);
+    // `%explain` adds where each closure was defined, so two of them are told apart.
+    let (la, a) = (line!(), jit(|x: Array| x.sin() + 1.5));
+    let (lb, b) = (line!(), jit(|x: Array| x.cos() + 1.5));
+    assert_eq!((a.name(), b.name()), ("<lambda>", "<lambda>"));
+    close(&a.call(&Array::from_slice(&[0.0f32])).unwrap().to_vec::<f64>().unwrap(), &[1.5], 1e-6);
+    close(&b.call(&Array::from_slice(&[0.0f32])).unwrap().to_vec::<f64>().unwrap(), &[2.5], 1e-6);
+    let report = jax::transform::explain::report(&jax::transform::explain::recent());
+    for l in [la, lb] {
+        let want = format!("<lambda> (defined at tests/tests/jit_api.rs:{l}) at tests/tests/jit_api.rs:");
+        assert!(report.lines().any(|r| r.starts_with(&want)), "{want}\n{report}");
+    }
+    // A named function keeps its name.
+    fn double(x: Array) -> Array {
+        x * 2.0
+    }
+    assert_eq!(jit(double).name(), "double");
+    assert!(jit(double).trace(&jnp::arange(2.0)).unwrap().lower().unwrap().as_text().contains("module @jit_double {"));
 }
 
 #[test]

@@ -178,6 +178,8 @@ fn second_process_loads_native_code_without_compiling() {
     }
     let explain = &a.vals["EXPLAIN"];
     assert!(explain.iter().all(|l| l.contains("| persistent: miss (no entry jit_")), "{explain:?}");
+    // The verdict, given at the first call, is completed once the background tier is done.
+    assert!(explain.iter().all(|l| l.contains("compiled in the background: written (")), "{explain:?}");
 
     let b = run_child(&dir, &[]);
     check_values(&b);
@@ -240,12 +242,34 @@ fn thresholds_keep_entries_out() {
         "{}",
         a.stderr
     );
-    assert!(a.vals["EXPLAIN"].iter().all(|l| l.contains("not written: compiled in ")), "{:?}", a.vals["EXPLAIN"]);
+    assert!(
+        a.vals["EXPLAIN"].iter().all(|l| l.contains("not written: compile took ") && l.ends_with(" s < jax_persistent_cache_min_compile_time_secs (1000.00 s)")),
+        "{:?}",
+        a.vals["EXPLAIN"]
+    );
     // Entry size: both entries are far below 1 GB.
     let b = run_child(&dir, &[("JAXREPL_PC_MIN_BYTES", "1000000000"), ("JAXREPL_TIERED_COMPILATION", "0")]);
     assert_eq!(b.num("WRITES"), 0);
     assert!(entries(&dir).is_empty());
     assert!(b.stderr.contains("is less than jax_persistent_cache_min_entry_size_bytes (1000000000 bytes)"), "{}", b.stderr);
+    assert!(
+        b.vals["EXPLAIN"].iter().all(|l| l.contains("not written: entry of ") && l.ends_with(" bytes < jax_persistent_cache_min_entry_size_bytes (1000000000 bytes)")),
+        "{:?}",
+        b.vals["EXPLAIN"]
+    );
+    // Tiered (the default): the entry would be the optimised tier's, compiled in the
+    // background; once it is compiled, `%explain` says it was not written, and why (the
+    // fresh user's case: only the cache dir set, every compile quicker than the minimum).
+    let c = run_child(&dir, &[("JAXREPL_PC_MIN_SECS", "1000"), ("JAXREPL_PC_WAIT", "1")]);
+    check_values(&c);
+    assert_eq!(c.num("WRITES"), 0);
+    assert!(entries(&dir).is_empty());
+    assert!(
+        c.vals["EXPLAIN"].iter().all(|l| l.contains("; optimised tier (LLVM O2) compiled in the background: not written: compile took ")
+            && l.ends_with(" s < jax_persistent_cache_min_compile_time_secs (1000.00 s)")),
+        "{:?}",
+        c.vals["EXPLAIN"]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

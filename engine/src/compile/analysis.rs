@@ -107,15 +107,35 @@ pub struct MemoryAnalysis {
     /// Scratch bytes beyond arguments and results; filled in by `Compiled::memory_analysis`
     /// from the optimized module's allocations (0 here).
     pub temp_size_in_bytes: u64,
+    /// Bytes of the arguments in a host memory kind (`in_shardings` with
+    /// `with_memory_kind("pinned_host")`), not counted in `argument_size_in_bytes` (as XLA
+    /// counts them on an accelerator; JAX on CPU reports 0).
+    pub host_argument_size_in_bytes: u64,
+    /// Bytes of the results placed in a host memory kind (`out_shardings` with a memory
+    /// kind, `device_put` to one), not counted in `output_size_in_bytes`.
+    pub host_output_size_in_bytes: u64,
 }
 
 /// Memory figures of a lowered module's entry signature.
 pub fn memory_analysis(module: &LoweredModule) -> MemoryAnalysis {
-    let args: usize = module.const_args.iter().map(|b| b.bytes().len()).sum::<usize>()
-        + module.in_avals.iter().map(|a| a.nbytes()).sum::<usize>();
+    let host = |kinds: &[crate::runtime::MemoryKind], i: usize| kinds.get(i).is_some_and(|k| k.is_host());
+    let split = |avals: &[crate::ir::ShapedArray], kinds: &[crate::runtime::MemoryKind]| {
+        avals.iter().enumerate().fold((0u64, 0u64), |(d, h), (i, a)| {
+            if host(kinds, i) {
+                (d, h + a.nbytes() as u64)
+            } else {
+                (d + a.nbytes() as u64, h)
+            }
+        })
+    };
+    let consts: usize = module.const_args.iter().map(|b| b.bytes().len()).sum();
+    let (args, host_args) = split(&module.in_avals, &module.in_memory_kinds);
+    let (outs, host_outs) = split(&module.out_avals, &module.out_memory_kinds);
     MemoryAnalysis {
-        argument_size_in_bytes: args as u64,
-        output_size_in_bytes: module.out_avals.iter().map(|a| a.nbytes() as u64).sum(),
+        argument_size_in_bytes: consts as u64 + args,
+        output_size_in_bytes: outs,
+        host_argument_size_in_bytes: host_args,
+        host_output_size_in_bytes: host_outs,
         ..Default::default()
     }
 }
@@ -127,13 +147,15 @@ impl fmt::Display for MemoryAnalysis {
             f,
             "CompiledMemoryStats(generated_code_size_in_bytes={}, argument_size_in_bytes={}, \
 output_size_in_bytes={}, alias_size_in_bytes={}, temp_size_in_bytes={}, \
-host_generated_code_size_in_bytes=0, host_argument_size_in_bytes=0, host_output_size_in_bytes=0, \
+host_generated_code_size_in_bytes=0, host_argument_size_in_bytes={}, host_output_size_in_bytes={}, \
 host_alias_size_in_bytes=0, host_temp_size_in_bytes=0)",
             self.generated_code_size_in_bytes,
             self.argument_size_in_bytes,
             self.output_size_in_bytes,
             self.alias_size_in_bytes,
-            self.temp_size_in_bytes
+            self.temp_size_in_bytes,
+            self.host_argument_size_in_bytes,
+            self.host_output_size_in_bytes
         )
     }
 }

@@ -442,6 +442,8 @@ pub(crate) fn module_symbol(text: &str) -> &str {
 pub fn display_name(text: &str) -> String {
     let name = module_symbol(text);
     match name.strip_prefix("jit_") {
+        // A closure's module (`@jit__lambda`, JAX's name for a lambda).
+        Some("_lambda") => format!("jit({})", crate::transform::jit::LAMBDA),
         Some(n) => format!("jit({n})"),
         None if name.is_empty() => "jit(main)".to_string(),
         None => name.to_string(),

@@ -29,6 +29,7 @@ use crate::config;
 use crate::lower::LoweredModule;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// First line of every entry (the format's version is part of it).
@@ -51,13 +52,31 @@ pub fn writes() -> u64 {
 pub struct Verdict {
     /// The executable was loaded from disk.
     pub hit: bool,
-    /// `hit (...)`, `miss (...); written ...`, `off (...)`, with reasons and costs.
+    /// `hit (...)`, `miss (...); written ...`, `off (...)`, with reasons and costs, as
+    /// known when the call compiled (see `current` for a background write).
     pub text: String,
+    /// With tiered compilation the entry is written (or not) by the background compile of
+    /// the optimised tier: its outcome, set once that compile is done.
+    pub(crate) later: Option<Arc<OnceLock<String>>>,
 }
 
 impl Verdict {
     pub(crate) fn off() -> Verdict {
-        Verdict { hit: false, text: "off (jax_compilation_cache_dir is not set)".into() }
+        Verdict { hit: false, text: "off (jax_compilation_cache_dir is not set)".into(), later: None }
+    }
+
+    /// The verdict as it stands now: `text`, with a background write's outcome once the
+    /// optimised tier is compiled (`miss (...); optimised tier (LLVM O2) compiled in the
+    /// background: not written: compile took 0.03 s < jax_persistent_cache_min_compile_time_secs (1.00 s)`),
+    /// or that it is still compiling.
+    pub fn current(&self) -> String {
+        match &self.later {
+            None => self.text.clone(),
+            Some(o) => match o.get() {
+                Some(done) => format!("{}: {done}", self.text),
+                None => format!("{}: still compiling (%explain again to see whether it was written)", self.text),
+            },
+        }
     }
 }
 
@@ -71,6 +90,8 @@ pub(crate) struct Pending {
     dir: PathBuf,
     min_secs: f64,
     min_bytes: i64,
+    /// What `store` (or a failed background compile) decided, for `Verdict::current`.
+    pub(crate) outcome: Arc<OnceLock<String>>,
 }
 
 impl Pending {
@@ -125,6 +146,7 @@ pub(crate) fn pending(m: &LoweredModule, opt_level: u8) -> Option<Pending> {
         dir: PathBuf::from(dir),
         min_secs: config::persistent_cache_min_compile_time_secs(),
         min_bytes: config::persistent_cache_min_entry_size_bytes(),
+        outcome: Arc::new(OnceLock::new()),
     })
 }
 
@@ -179,7 +201,7 @@ pub(crate) fn load(p: &Pending, module: &LoweredModule, opt_level: u8) -> Load {
                 kib(bytes.len()),
                 secs * 1e3
             );
-            Load::Hit(exe, Verdict { hit: true, text })
+            Load::Hit(exe, Verdict { hit: true, text, later: None })
         }
         Err(e) => corrupt(p, format!("its code does not link: {}", e.message)),
     }
@@ -241,8 +263,20 @@ pub(crate) fn read_object(engine: &super::context::Engine) -> Option<Vec<u8>> {
 /// Writes `exe`'s object (taken from it) as the entry of `p` when it meets the thresholds;
 /// what happened, for the verdict (`written ...`, `not written: ...`). Logs JAX's
 /// `Writing ...` / `Not writing ...` lines with `jax_log_compiles` or
-/// `jax_explain_cache_misses`.
+/// `jax_explain_cache_misses`. The outcome is also kept in `p.outcome` (for a verdict
+/// given before a background compile finished).
 pub(crate) fn store(p: &Pending, exe: &mut Executable) -> String {
+    let what = store_entry(p, exe);
+    let _ = p.outcome.set(what.clone());
+    what
+}
+
+/// Records that no entry is written because the compile failed (`p.outcome`).
+pub(crate) fn not_stored(p: &Pending, why: &str) {
+    let _ = p.outcome.set(format!("not written: {why}"));
+}
+
+fn store_entry(p: &Pending, exe: &mut Executable) -> String {
     let Some(object) = exe.object.take() else {
         return "not written: the compiled object could not be read back".into();
     };
@@ -254,11 +288,7 @@ pub(crate) fn store(p: &Pending, exe: &mut Executable) -> String {
                 p.name, p.min_secs
             );
         }
-        return format!(
-            "not written: compiled in {:.2} ms < jax_persistent_cache_min_compile_time_secs = {:.2} s",
-            secs * 1e3,
-            p.min_secs
-        );
+        return format!("not written: compile took {secs:.2} s < jax_persistent_cache_min_compile_time_secs ({:.2} s)", p.min_secs);
     }
     let header = serde_json::json!({
         "key": p.key,
@@ -283,7 +313,11 @@ pub(crate) fn store(p: &Pending, exe: &mut Executable) -> String {
                 p.min_bytes
             );
         }
-        return format!("not written: {} < jax_persistent_cache_min_entry_size_bytes = {}", kib(entry.len()), p.min_bytes);
+        return format!(
+            "not written: entry of {} bytes < jax_persistent_cache_min_entry_size_bytes ({} bytes)",
+            entry.len(),
+            p.min_bytes
+        );
     }
     match write_atomic(p, &entry) {
         Ok(()) => {

@@ -146,7 +146,7 @@ fn passthrough_outputs_and_donation() {
     let y = b.arg(&[4], DType::I32);
     let s = b.op(Primitive::Sub, &[x.clone(), y], &[4], DType::I32);
     let j = b.finish(&[s.clone(), x, s]);
-    let m = lower_jaxpr(&j, "donate", &LowerOptions { donated: vec![true, true] }).unwrap();
+    let m = lower_jaxpr(&j, "donate", &LowerOptions { donated: vec![true, true], ..Default::default() }).unwrap();
     assert!(m.text.contains("%arg0: tensor<4xi32> {tf.aliasing_output = 0 : i32}, %arg1: tensor<4xi32> {tf.aliasing_output = 1 : i32}"), "{}", m.text);
     let exe = compile(&m, &CompileOptions::default()).unwrap();
     let (a, bb) = (buf(&[4], DType::I32, &[5i32, 6, 7, 8]), buf(&[4], DType::I32, &[1i32, 1, 2, 2]));
@@ -155,7 +155,7 @@ fn passthrough_outputs_and_donation() {
     assert_eq!(out[1].as_slice::<i32>().unwrap(), &[5, 6, 7, 8]);
     assert_eq!(out[2].as_slice::<i32>().unwrap(), &[4, 5, 5, 6]);
     assert_eq!(a.as_slice::<i32>().unwrap(), &[5, 6, 7, 8], "inputs are never written");
-    assert!(lower_jaxpr(&j, "d", &LowerOptions { donated: vec![true] }).is_err());
+    assert!(lower_jaxpr(&j, "d", &LowerOptions { donated: vec![true], ..Default::default() }).is_err());
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn donated_argument_buffer_receives_its_output_in_place() {
     let p = b.op(Primitive::Mul, &[x.clone(), y], &[5], DType::F32);
     let s = b.op(Primitive::Add, &[p, x], &[5], DType::F32);
     let j = b.finish(&[s]);
-    let m = lower_jaxpr(&j, "inplace", &LowerOptions { donated: vec![true, false] }).unwrap();
+    let m = lower_jaxpr(&j, "inplace", &LowerOptions { donated: vec![true, false], ..Default::default() }).unwrap();
     let exe = compile(&m, &CompileOptions::default()).unwrap();
     assert_eq!(exe.aliases(), &[Some(0), None]);
     let xs = buf(&[5], DType::F32, &[1.0f32, 2.0, 3.0, 4.0, 5.0]);
@@ -216,6 +216,8 @@ fn compile_failures_are_errors() {
         in_avals: vec![ShapedArray::scalar(DType::I64)],
         out_avals: vec![ShapedArray::scalar(DType::I64)],
         const_args: vec![],
+        in_memory_kinds: vec![],
+        out_memory_kinds: vec![],
     };
     let e = compile(&m, &CompileOptions::default()).err().unwrap();
     assert_eq!(e.kind, crate::ErrorKind::Compile);

@@ -79,13 +79,9 @@ pub(crate) struct Upgrade {
 
 impl Upgrade {
     fn new(module: LoweredModule, opts: CompileOptions, tier1_aliases: Vec<Option<usize>>, persist: Option<Arc<Pending>>) -> Upgrade {
-        let name = module
-            .text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.strip_prefix("@jit_"))
-            .unwrap_or("?")
-            .to_string();
+        // `jit(<name>)` less its `jit(` `)`.
+        let shown = super::display_name(&module.text);
+        let name = shown.strip_prefix("jit(").and_then(|n| n.strip_suffix(')')).unwrap_or(&shown).to_string();
         Upgrade {
             ready: OnceLock::new(),
             state: AtomicU8::new(IDLE),
@@ -149,11 +145,24 @@ impl Upgrade {
     }
 
     fn fail(&self, msg: String) {
+        if let Some(p) = &self.persist {
+            persistent::not_stored(p, &format!("the optimised tier failed to compile ({msg})"));
+        }
         if config::log_compiles() {
             eprintln!("Tier-2 compilation of jit({}) failed; tier 1 keeps running: {msg}", self.name);
         }
         *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg);
         self.state.store(FAILED, Ordering::Release);
+    }
+}
+
+impl Drop for Upgrade {
+    /// An executable dropped before its optimised tier compiled writes no entry: say so in
+    /// the verdict (`set` keeps an outcome already recorded).
+    fn drop(&mut self) {
+        if let Some(p) = &self.persist {
+            persistent::not_stored(p, "the executable was dropped before its optimised tier compiled");
+        }
     }
 }
 
@@ -265,7 +274,7 @@ fn light(module: &LoweredModule) -> bool {
 /// Errors: as `compile` (of the first tier; a failing second tier only leaves the first
 /// running, with `Executable::upgrade_error` set).
 pub fn compile_tiered(module: &LoweredModule, opts: &CompileOptions) -> Result<Executable, Error> {
-    compile_persistent_tiered(module, opts, None).map(|(e, _)| e)
+    compile_persistent_tiered(module, opts, None).map(|(e, ..)| e)
 }
 
 /// `compile_tiered`, writing the optimised code to the persistent compilation cache entry
@@ -274,23 +283,24 @@ pub fn compile_tiered(module: &LoweredModule, opts: &CompileOptions) -> Result<E
 /// do) with the entry, for `%explain`.
 // `<=`: as in `compile_tiered`.
 #[allow(clippy::absurd_extreme_comparisons)]
-pub(crate) fn compile_persistent_tiered(module: &LoweredModule, opts: &CompileOptions, persist: Option<Arc<Pending>>) -> Result<(Executable, String), Error> {
+pub(crate) fn compile_persistent_tiered(module: &LoweredModule, opts: &CompileOptions, persist: Option<Arc<Pending>>) -> Result<(Executable, String, Option<Arc<OnceLock<String>>>), Error> {
     if !config::tiered_compilation() || opts.opt_level <= TIER1_OPT_LEVEL || !light(module) {
         let mut e = compile_in(module, opts, false, persist.is_some())?;
         let what = persist.as_ref().map(|p| persistent::store(p, &mut e)).unwrap_or_default();
-        return Ok((e, what));
+        return Ok((e, what, None));
     }
     let mut e = compile_in(module, &CompileOptions { opt_level: TIER1_OPT_LEVEL }, false, false)?;
     let what = if persist.is_some() {
-        format!("the optimised tier (LLVM O{}) compiles in the background now and is written when ready", opts.opt_level)
+        format!("optimised tier (LLVM O{}) compiled in the background", opts.opt_level)
     } else {
         String::new()
     };
+    let later = persist.as_ref().map(|p| p.outcome.clone());
     let start_now = persist.is_some();
     let up = Arc::new(Upgrade::new(module.clone(), opts.clone(), e.aliases().to_vec(), persist));
     if start_now {
         up.request();
     }
     e.upgrade = Some(up);
-    Ok((e, what))
+    Ok((e, what, later))
 }

@@ -235,6 +235,9 @@ pub enum Primitive {
     /// identity that lays its result out as `sharding` (`jax.lax.with_sharding_constraint`
     /// inside `jit`; the partitioner reshards to it)
     ShardingConstraint { sharding: crate::sharding::NamedSharding },
+    /// identity whose result lives in `memory_kind` (`jax.device_put(x, jax.memory.Space.Host)`
+    /// inside `jit`, JAX's `device_put` equation): decides the memory kind of a jit output
+    DevicePut { memory_kind: crate::runtime::MemoryKind },
     // -- control flow: sub-jaxprs are closed over nothing; their constants are leading operands --
     /// `cond[branches] index *ops`: runs branch `clamp(index, 0, n-1)` on `ops`
     Cond { branches: Vec<Jaxpr> },
@@ -406,6 +409,7 @@ impl Primitive {
             DotGeneral { .. } => "dot_general",
             StopGradient => "stop_gradient",
             ShardingConstraint { .. } => "sharding_constraint",
+            DevicePut { .. } => "device_put",
             Cond { .. } => "cond",
             While { .. } => "while",
             Scan { .. } => "scan",

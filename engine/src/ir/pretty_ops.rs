@@ -27,6 +27,13 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
     use Primitive::*;
     match p {
         BitcastConvertType { new_dtype } => vec![kv("new_dtype", new_dtype.name().into())],
+        // JAX 0.10.2: `device_put[copy_semantics=(ArrayCopySemantics.REUSE_INPUT,)
+        // devices=(MemorySpace.Host,) srcs=(None,)]` for `jax.memory.Space.Host`.
+        DevicePut { memory_kind } => vec![
+            kv("copy_semantics", "(ArrayCopySemantics.REUSE_INPUT,)".into()),
+            kv("devices", format!("({},)", crate::runtime::memory_kind::space_name(*memory_kind))),
+            kv("srcs", "(None,)".into()),
+        ],
         Round { rounding_method } => vec![kv("rounding_method", rounding_method.to_string())],
         IntegerPow { y } => vec![kv("y", y.to_string())],
         ReducePrecision { exponent_bits, mantissa_bits } => {

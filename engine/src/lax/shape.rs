@@ -182,7 +182,7 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
             }
             Ok(vec![ShapedArray::new(&a.shape, *new_dtype)])
         }
-        StopGradient | ShardingConstraint { .. } => {
+        StopGradient | ShardingConstraint { .. } | DevicePut { .. } => {
             arity(1)?;
             Ok(vec![ins[0].clone()])
         }

@@ -39,7 +39,7 @@ pub use structured::{REDUCE_SPLIT_MAX_OUT, REDUCE_SPLIT_MIN, REDUCE_SPLIT_PARTS}
 
 use crate::error::Error;
 use crate::ir::{Atom, ClosedJaxpr, DType, Eqn, Jaxpr, Literal, Primitive, ShapedArray, Var};
-use crate::runtime::Buffer;
+use crate::runtime::{Buffer, MemoryKind};
 use emit::{dense_lit, scalar_lit, Emitter};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -54,6 +54,12 @@ pub struct LowerOptions {
     /// marked `{tf.aliasing_output = j : i32}` with the first not yet aliased output `j`
     /// of the same shape and dtype, as JAX does. Execution does not reuse donated buffers yet.
     pub donated: Vec<bool>,
+    /// Per user argument, its memory kind (empty: all `device`). Host kinds are marked
+    /// `{mhlo.memory_kind = "pinned_host"}` on `@main`'s parameters, as JAX's lowering does.
+    pub in_memory_kinds: Vec<MemoryKind>,
+    /// Per result, its memory kind (empty: all `device`): host kinds are marked
+    /// `{mhlo.memory_kind = "pinned_host"}` on `@main`'s results.
+    pub out_memory_kinds: Vec<MemoryKind>,
 }
 
 /// A lowered module: MLIR text plus what the compiled entry expects.
@@ -68,6 +74,15 @@ pub struct LoweredModule {
     pub out_avals: Vec<ShapedArray>,
     /// Large constants passed as `@main`'s leading parameters (`%const0`, ...), in order.
     pub const_args: Vec<Arc<Buffer>>,
+    /// Memory kind of each user argument (empty: all `device`; `LowerOptions`).
+    pub in_memory_kinds: Vec<MemoryKind>,
+    /// Memory kind of each result (empty: all `device`; `LowerOptions`).
+    pub out_memory_kinds: Vec<MemoryKind>,
+}
+
+/// ` {mhlo.memory_kind = "pinned_host"}` for a host kind, else nothing.
+fn memory_kind_attr(kinds: &[MemoryKind], i: usize) -> Option<String> {
+    kinds.get(i).filter(|k| k.is_host()).map(|k| format!("mhlo.memory_kind = \"{}\"", k.name()))
 }
 
 /// Lowers a closed jaxpr to MLIR text. `name` names the module `@jit_<name>` (characters
@@ -104,25 +119,43 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
         l.const_params.iter().map(|(n, b)| format!("{n}: {}", b.aval().mlir_tensor())).collect();
     for (i, a) in in_avals.iter().enumerate() {
         let mut p = format!("%arg{i}: {}", a.mlir_tensor());
+        let mut attrs: Vec<String> = vec![];
         if opts.donated.get(i) == Some(&true) {
             let hit = out_avals.iter().enumerate().find(|(k, o)| {
                 !aliased[*k] && o.shape == a.shape && o.dtype == a.dtype
             });
             if let Some((k, _)) = hit {
                 aliased[k] = true;
-                p.push_str(&format!(" {{tf.aliasing_output = {k} : i32}}"));
+                attrs.push(format!("tf.aliasing_output = {k} : i32"));
             }
+        }
+        // (`tf.aliasing_output` first: `compile::parse_aliases` reads it at that place.)
+        attrs.extend(memory_kind_attr(&opts.in_memory_kinds, i));
+        if !attrs.is_empty() {
+            p.push_str(&format!(" {{{}}}", attrs.join(", ")));
         }
         params.push(p);
     }
-    let sym: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() || "_$.".contains(c) { c } else { '_' }).collect();
+    // JAX's module name of a lambda is `jit__lambda`.
+    let sym: String = if name == crate::transform::jit::LAMBDA {
+        "_lambda".to_string()
+    } else {
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "_$.".contains(c) { c } else { '_' }).collect()
+    };
     let mut text = format!("module @jit_{sym} {{\n");
     for d in &l.decls {
         text.push_str(&format!("  {d}\n"));
     }
     let tys: Vec<&str> = rets.iter().map(|(_, t)| t.as_str()).collect();
-    text.push_str(&format!("  func.func public @main({}) -> ({}) {{\n", params.join(", "), tys.join(", ")));
+    let results: Vec<String> = tys
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match memory_kind_attr(&opts.out_memory_kinds, i) {
+            Some(a) => format!("{t} {{{a}}}"),
+            None => t.to_string(),
+        })
+        .collect();
+    text.push_str(&format!("  func.func public @main({}) -> ({}) {{\n", params.join(", "), results.join(", ")));
     text.push_str(&l.e.text);
     if rets.is_empty() {
         text.push_str("    return\n");
@@ -136,6 +169,8 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
         in_avals,
         out_avals,
         const_args: l.const_params.into_iter().map(|(_, b)| b).collect(),
+        in_memory_kinds: opts.in_memory_kinds.clone(),
+        out_memory_kinds: opts.out_memory_kinds.clone(),
     })
 }
 
@@ -382,6 +417,9 @@ impl Lowerer {
             Primitive::StopGradient => ins.clone(),
             // Identity on one device; the partitioner lays the value out (`partition.rs`).
             Primitive::ShardingConstraint { .. } => ins.clone(),
+            // Identity: on CPU every memory kind is the same RAM; the kind is the result's
+            // (`mhlo.memory_kind` on `@main`'s results, `LowerOptions::out_memory_kinds`).
+            Primitive::DevicePut { .. } => ins.clone(),
             p if p.call_body().is_some() => self.body(p.call_body().expect("call body"), &[], ins)?,
             p @ (Primitive::Cond { .. } | Primitive::While { .. } | Primitive::Scan { .. }) => {
                 self.control(p, &ins, &eq.outputs)?

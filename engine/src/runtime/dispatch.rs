@@ -76,6 +76,11 @@ impl DeviceArray {
         device_bytes::add(placement.device, aval.nbytes());
         Arc::new(DeviceArray { aval, placement, memory_kind: Default::default(), sharded: None, state: Mutex::new(State::Pending), ready: Condvar::new() })
     }
+    /// `ready_on` in memory kind `kind` (its bytes counted in that kind's statistics).
+    pub fn ready_in(aval: ShapedArray, buf: Arc<Buffer>, placement: Placement, kind: super::memory_kind::MemoryKind) -> Arc<DeviceArray> {
+        super::memory_kind::add(placement.device, kind, aval.nbytes());
+        Arc::new(DeviceArray { aval, placement, memory_kind: kind, sharded: None, state: Mutex::new(State::Ready(buf)), ready: Condvar::new() })
+    }
     /// `pending_on` in memory kind `kind` (its bytes counted in that kind's statistics).
     pub fn pending_in(aval: ShapedArray, placement: Placement, kind: super::memory_kind::MemoryKind) -> Arc<DeviceArray> {
         super::memory_kind::add(placement.device, kind, aval.nbytes());

@@ -8,6 +8,10 @@
 //! statistics (`memory_kind_stats`), not in the device's `memory_stats`, so offloading
 //! parameters or optimizer state shows as a drop of device memory, as on an accelerator.
 //!
+//! Under `jit` a memory kind belongs to outputs: `out_shardings` with a memory kind, or a
+//! `device_put` equation to one (`jaxpr_out_kinds`), makes the output in that kind
+//! (`OutPlace::with_kinds`; annotated `mhlo.memory_kind` in the lowered module).
+//!
 //! Invariant: every live array's bytes are counted in exactly one (device, kind) slot,
 //! from creation until dropped or donated (`add`/`sub` from `runtime::dispatch`).
 
@@ -15,8 +19,10 @@ use crate::error::{Error, Result};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Where an array's bytes live (JAX's `memory_kind`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// Where an array's bytes live (JAX's `memory_kind`). `{}` and `{:?}` both print JAX's
+/// name (`device`, `pinned_host`, `unpinned_host`), which is what a session shows for
+/// `x.sharding()?.memory_kind()`.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum MemoryKind {
     /// The device's own memory (the default).
     #[default]
@@ -68,6 +74,23 @@ impl MemoryKind {
 impl fmt::Display for MemoryKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl fmt::Debug for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a `device_put` equation to `kind` prints its `devices` param: JAX's
+/// `jax.memory.Space` names (`MemorySpace.Host` is `pinned_host`, `MemorySpace.Device` is
+/// `device`); `unpinned_host`, which has no `Space`, prints as its kind name.
+pub fn space_name(kind: MemoryKind) -> &'static str {
+    match kind {
+        MemoryKind::Device => "MemorySpace.Device",
+        MemoryKind::PinnedHost => "MemorySpace.Host",
+        MemoryKind::UnpinnedHost => "unpinned_host",
     }
 }
 
@@ -161,4 +184,30 @@ pub fn stats(device: u32, kind: MemoryKind) -> (usize, usize) {
 /// leaves out of the allocator's `bytes_in_use` with one device).
 pub fn host_bytes(device: u32) -> usize {
     stats(device, MemoryKind::PinnedHost).0 + stats(device, MemoryKind::UnpinnedHost).0
+}
+
+/// The memory kind of each output of `j`: the kind of a `device_put` equation that makes it
+/// (looking through nested `jit`s), else `device`. Empty when every output is in `device`
+/// memory (what `LowerOptions` takes for "no annotation").
+pub(crate) fn jaxpr_out_kinds(j: &crate::ir::Jaxpr) -> Vec<MemoryKind> {
+    fn kind_of(j: &crate::ir::Jaxpr, out: &crate::ir::Atom) -> MemoryKind {
+        let crate::ir::Atom::Var(v) = out else { return MemoryKind::Device };
+        let Some(e) = j.eqns.iter().rev().find(|e| e.outputs.iter().any(|o| o.id == v.id)) else {
+            return MemoryKind::Device;
+        };
+        match &e.primitive {
+            crate::ir::Primitive::DevicePut { memory_kind } => *memory_kind,
+            crate::ir::Primitive::Pjit { jaxpr, .. } => {
+                let k = e.outputs.iter().position(|o| o.id == v.id).unwrap_or(0);
+                jaxpr.jaxpr.outvars.get(k).map_or(MemoryKind::Device, |o| kind_of(&jaxpr.jaxpr, o))
+            }
+            _ => MemoryKind::Device,
+        }
+    }
+    let kinds: Vec<MemoryKind> = j.outvars.iter().map(|o| kind_of(j, o)).collect();
+    if kinds.iter().any(|k| k.is_host()) {
+        kinds
+    } else {
+        vec![]
+    }
 }

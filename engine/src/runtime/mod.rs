@@ -9,6 +9,7 @@ pub mod interrupt;
 pub mod memory;
 pub mod memory_kind;
 pub mod stack_overflow;
+pub mod quiet_panic;
 
 pub use buffer::Buffer;
 pub use dispatch::{barrier, DeviceArray, Placement};

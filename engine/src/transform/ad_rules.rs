@@ -190,6 +190,8 @@ pub fn jvp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ts: &[Opt], out_av
         .expect("some tangent"),
         StopGradient => return Ok(None),
         ShardingConstraint { .. } => lax::bind1(p.clone(), vec![arr(&t(0)?)])?,
+        // Linear: the tangent goes to the same memory (JAX's rule).
+        DevicePut { .. } => lax::bind1(p.clone(), vec![arr(&t(0)?)])?,
         _ if p.is_comparison() => return Ok(None),
         _ => return super::ad_rules_ops::jvp(p, ins, outs, ts, out_aval),
     };
@@ -347,6 +349,8 @@ pub fn vjp_rule(p: &Primitive, ins: &[Array], outs: &[Array], ct: &Array) -> Res
         }
         StopGradient => Ok(vec![None]),
         ShardingConstraint { .. } => Ok(vec![back(0, lax::bind1(p.clone(), vec![arr(ct)])?)?]),
+        // The cotangent of a memory move is the cotangent (no copy is needed on CPU).
+        DevicePut { .. } => Ok(vec![back(0, ct.clone())?]),
         DebugCallback { .. } | Iota { .. } => Ok(vec![None; ins.len()]),
         _ if p.is_comparison() || matches!(p, And | Or | Not) => Ok(vec![None; ins.len()]),
         _ => super::ad_rules_ops::vjp(p, ins, outs, ct),

@@ -63,7 +63,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
     match p {
         // Under vmap the constraint (for the unbatched rank) is dropped.
         ShardingConstraint { .. } => Ok(vec![BVal { x: ins[0].x.clone(), batched: ins[0].batched }]),
-        _ if p.is_unary_elementwise() || matches!(p, ConvertElementType { .. } | BitcastConvertType { .. } | StopGradient) => {
+        _ if p.is_unary_elementwise() || matches!(p, ConvertElementType { .. } | BitcastConvertType { .. } | StopGradient | DevicePut { .. }) => {
             one(bind(p.clone(), vec![arr(&ins[0].x)], loc)?.remove(0))
         }
         _ if p.is_binary_elementwise() || matches!(p, SelectN) => {

@@ -90,22 +90,19 @@ pub(super) fn callback_name<F>() -> String {
     super::item_name::<F>().unwrap_or_else(|| "<closure>".into())
 }
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into())
-}
-
 /// Calls the host function of `e` on `args` and checks its results against the declared
 /// ones. Errors (`RuntimeError`, naming the callback): the function returned `Err` or
-/// panicked; it returned the wrong number of values, or a value of another shape or dtype
+/// panicked (`the callback panicked: MESSAGE`; the panic hook does not report it too,
+/// `runtime::quiet_panic`); it returned the wrong number of values, or a value of another shape or dtype
 /// (`Incorrect output shape for return value #0: Expected: (3,), Actual: (4,)`).
 fn run_host(e: &Entry, args: &[Array]) -> Result<Vec<Array>> {
     let failed = |msg: String| Error::runtime(format!("{} `{}` failed: {msg}", e.what, e.name));
-    let outs = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (e.f)(args))) {
+    let outs = match crate::runtime::quiet_panic::catch_quietly(|| (e.f)(args)) {
         Ok(Ok(outs)) => outs,
         // Already about this callback (a batched callback calling the user's per element).
         Ok(Err(err)) if err.message.starts_with(&format!("{} `{}` failed: ", e.what, e.name)) => return Err(err),
         Ok(Err(err)) => return Err(failed(err.to_string())),
-        Err(p) => return Err(failed(format!("the callback panicked: {}", panic_text(&*p)))),
+        Err(p) => return Err(failed(format!("the callback panicked: {}", crate::runtime::quiet_panic::panic_message(&*p)))),
     };
     if outs.len() != e.avals.len() {
         return Err(failed(format!(

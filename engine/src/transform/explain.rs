@@ -20,9 +20,9 @@ pub struct Event {
     pub compile_secs: f64,
     /// Why the trace cache missed (the `jax_explain_cache_misses` text).
     pub reason: Option<String>,
-    /// The persistent compilation cache's verdict (`compile::persistent::Verdict::text`) on
-    /// an executable cache miss.
-    pub persistent: Option<String>,
+    /// The persistent compilation cache's verdict on an executable cache miss (reported
+    /// with `Verdict::current`: a background write's outcome shows once it is known).
+    pub persistent: Option<crate::compile::persistent::Verdict>,
 }
 
 const KEEP: usize = 20;
@@ -113,9 +113,9 @@ pub fn report(events: &[Event]) -> String {
             format!("miss (new lowered module), lowered+compiled in {:.2} ms", e.compile_secs * 1e3)
         };
         let persistent = match (&e.persistent, e.executable_hit) {
-            (_, true) => "not consulted",
-            (Some(v), false) => v.as_str(),
-            (None, false) => "off (jax_compilation_cache_dir is not set)",
+            (_, true) => "not consulted".to_string(),
+            (Some(v), false) => v.current(),
+            (None, false) => "off (jax_compilation_cache_dir is not set)".to_string(),
         };
         s.push_str(&format!(
             "{} at {}  trace: {trace} | executable: {exe} | persistent: {persistent}\n",

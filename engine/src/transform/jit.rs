@@ -17,7 +17,7 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::ir::{ClosedJaxpr, ShapedArray, SourceInfo};
 use crate::compile::ArgBuf;
-use crate::runtime::{dispatch, Buffer, DeviceArray};
+use crate::runtime::{dispatch, Buffer, DeviceArray, MemoryKind};
 use crate::sharding::OutPlace;
 use smallvec::SmallVec;
 use crate::trace::pytree::{flatten_value, ArgLeaf, Args, Flat, Pytree, StaticValue, TreeDef};
@@ -156,6 +156,18 @@ pub struct CacheEntry {
     /// Op metadata scope (`set_xla_metadata`) open when traced: part of the cache key, as
     /// in JAX (its equations carry it).
     pub xla_metadata: Option<Arc<str>>,
+    /// Memory kind per flat argument (`in_shardings` with a memory kind) and per output
+    /// (`out_shardings` with a memory kind, else a `device_put` to a memory kind that makes
+    /// it); empty: all `device`. Lowered as `mhlo.memory_kind`; outputs are made there.
+    pub in_kinds: Vec<crate::runtime::MemoryKind>,
+    pub out_kinds: Vec<crate::runtime::MemoryKind>,
+}
+
+impl CacheEntry {
+    /// The stage options of this entry at `opt_level` (donation, memory kinds).
+    pub(crate) fn stage_options(&self, opt_level: Option<u8>) -> StageOptions {
+        StageOptions { donated: self.donated.clone(), opt_level, in_memory_kinds: self.in_kinds.clone(), out_memory_kinds: self.out_kinds.clone() }
+    }
 }
 
 /// Whether a computation may run on the calling thread when its inputs are ready: it has
@@ -213,14 +225,20 @@ fn definition_sites() -> &'static Mutex<HashMap<SourceInfo, u64>> {
     S.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// The name JAX gives an anonymous function (a Python `lambda`), ours for a closure.
+pub const LAMBDA: &str = "<lambda>";
+
 fn default_name<F>() -> String {
-    super::item_name::<F>().unwrap_or_else(|| "f".to_string())
+    super::item_name::<F>().unwrap_or_else(|| LAMBDA.to_string())
 }
 
 /// Wraps `f` for tracing and compilation (JAX's `jax.jit`). `f` takes one pytree
 /// argument (several arguments are a tuple) and returns a pytree or `Result` of one.
-/// The function name used in the lowered module (`@jit_<name>`) is the item's name for
-/// `fn` items and `f` for closures; set another with `.with_name`.
+/// The function's name (`jit(<name>)` in logs and `%explain`, `@jit_<name>` in the lowered
+/// module) is the item's name for `fn` items and JAX's name of an anonymous function,
+/// `<lambda>`, for closures (module `@jit__lambda`, as JAX's); `%explain` and the
+/// tracing-cache-miss explanation tell closures apart by their definition site (`cell 3,
+/// line 1`). Set another name with `.with_name`.
 #[track_caller]
 pub fn jit<A, O, F>(f: F) -> Jitted<A, O::Out>
 where
@@ -319,6 +337,48 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         Ok(())
     }
 
+    /// The memory kinds of the flat arguments (`in_shardings`) and of the outputs
+    /// (`out_shardings`, else `device_put` equations of `jaxpr`); each empty when all are
+    /// `device`.
+    fn memory_kinds(&self, def: &TreeDef, jaxpr: &crate::ir::Jaxpr) -> (Vec<MemoryKind>, Vec<MemoryKind>) {
+        let mut ins = vec![MemoryKind::Device; def.num_leaves()];
+        if let Some(targets) = &self.inner.shardings.ins {
+            for (t, r) in targets.iter().zip(def.arg_leaf_ranges()) {
+                if let Some(k) = t.as_ref().and_then(crate::sharding::PutTarget::memory_kind) {
+                    ins[r].iter_mut().for_each(|x| *x = k);
+                }
+            }
+        }
+        let mut outs = crate::runtime::memory_kind::jaxpr_out_kinds(jaxpr);
+        if let Some(targets) = &self.inner.shardings.outs {
+            outs.resize(jaxpr.outvars.len(), MemoryKind::Device);
+            for (i, o) in outs.iter_mut().enumerate() {
+                if let Some(t) = targets.get(i).or(if targets.len() == 1 { targets.first() } else { None }) {
+                    *o = t.memory_kind().unwrap_or(MemoryKind::Device);
+                }
+            }
+        }
+        let none_host = |v: Vec<MemoryKind>| if v.iter().any(|k| k.is_host()) { v } else { vec![] };
+        (none_host(ins), none_host(outs))
+    }
+
+    /// `place` with outputs made in `kinds`, committed when every `out_shardings` target
+    /// is a single-device sharding of the device they are computed on.
+    fn out_place_in_kinds(&self, mut place: OutPlace, kinds: &[MemoryKind]) -> OutPlace {
+        let device = place.placement.device;
+        if let Some(targets) = &self.inner.shardings.outs {
+            let here = |t: &crate::sharding::PutTarget| match t {
+                crate::sharding::PutTarget::Sharding(crate::sharding::Sharding::Single(s)) => s.device.id == device,
+                crate::sharding::PutTarget::Device(d) => d.id == device,
+                _ => false,
+            };
+            if targets.iter().all(here) {
+                place.placement.committed = true;
+            }
+        }
+        place.with_kinds(kinds)
+    }
+
     /// Lays the outputs out per `out_shardings`.
     fn place_outputs(&self, outs: Vec<Array>) -> Result<Vec<Array>> {
         let Some(targets) = &self.inner.shardings.outs else { return Ok(outs) };
@@ -386,6 +446,16 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         &self.inner.name
     }
 
+    /// The name `%explain` shows: a closure's (`<lambda>`) with its definition site, so two
+    /// closures are told apart: `<lambda> (defined at cell 3, line 1)`.
+    fn explain_name(&self) -> String {
+        if self.inner.name == LAMBDA {
+            format!("{LAMBDA} (defined at {})", self.inner.site.line_label())
+        } else {
+            self.inner.name.clone()
+        }
+    }
+
     /// Calls the function: trace on a new signature, compile on a new lowered module,
     /// then run: on this thread when every input is ready and the computation has no
     /// effects and no `while`/`scan` (`sync_ok`; results are ready arrays), else
@@ -437,11 +507,11 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 // The partitioner: one per-device program with collectives (`partition.rs`);
                 // the whole program is then never compiled.
                 let want = crate::partition::wanted(self.inner.shardings.outs.as_ref(), &entry.jaxpr.jaxpr.out_avals(), &mesh);
-                let opts = StageOptions { donated: vec![], opt_level: Some(self.resolved_opt_level()?) };
+                let opts = StageOptions { donated: vec![], opt_level: Some(self.resolved_opt_level()?), ..Default::default() };
                 let t0 = Instant::now();
                 partitioned = {
                     let _precision = crate::lax::precision::with_default_matmul_precision(entry.matmul_precision)?;
-                    crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want, &opts)?
+                    crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want, &opts, &entry.out_kinds)?
                 };
                 if partitioned.is_some() {
                     if crate::magic::capturing() {
@@ -452,7 +522,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                     crate::magic::note_call(&self.inner.name, &entry);
                     if traced_now {
                         explain::record(Event {
-                            function: self.inner.name.clone(),
+                            function: self.explain_name(),
                             call_site: source_info(loc),
                             trace_miss: true,
                             trace_secs: entry.trace_secs,
@@ -478,18 +548,22 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             crate::magic::note_partitioned(None);
             if traced_now || !was_compiled {
                 explain::record(Event {
-                    function: self.inner.name.clone(),
+                    function: self.explain_name(),
                     call_site: source_info(loc),
                     trace_miss: traced_now,
                     trace_secs: if traced_now { entry.trace_secs } else { 0.0 },
                     executable_hit: art.cache_hit,
                     compile_secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
                     reason: None,
-                    persistent: art.persistent.as_ref().map(|v| v.text.clone()),
+                    persistent: art.persistent.clone(),
                 });
             }
             Some(art)
         };
+        // Outputs in a host memory kind (`out_shardings` with a memory kind, `device_put` to
+        // a memory kind) are made there; outputs whose `out_shardings` is this device are
+        // committed to it, so `place_outputs` has nothing to move.
+        let place = if entry.out_kinds.is_empty() { place } else { self.out_place_in_kinds(place, &entry.out_kinds) };
         let outs = match (partitioned, art) {
             (Some(outs), _) => outs,
             (None, Some(art)) if entry.sync => match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
@@ -559,7 +633,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         if let Some(c) = entry.compiled.get() {
             return Ok(c);
         }
-        let opts = StageOptions { donated: entry.donated.clone(), opt_level: Some(self.resolved_opt_level()?) };
+        let opts = entry.stage_options(Some(self.resolved_opt_level()?));
         let c = {
             let _precision = crate::lax::precision::with_default_matmul_precision(entry.matmul_precision)?;
             pipeline::compile_jaxpr(&entry.jaxpr, &self.inner.name, &opts)?
@@ -595,6 +669,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let sync = sync_ok(&jaxpr.jaxpr);
         let has_effects = jaxpr.jaxpr.has_effects();
         let has_shard_map = crate::transform::shard_map::contains_shard_map(&jaxpr.jaxpr);
+        let (in_kinds, out_kinds) = self.memory_kinds(&flat.treedef, &jaxpr.jaxpr);
         let entry = Arc::new(CacheEntry {
             jaxpr,
             out_statics,
@@ -607,6 +682,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             has_shard_map,
             matmul_precision: crate::lax::precision::default_matmul_precision(),
             xla_metadata: crate::trace::metadata::current_metadata(),
+            in_kinds,
+            out_kinds,
         });
         if config::log_compiles() {
             eprintln!("Finished tracing {} for jit in {:.9} sec", self.inner.name, entry.trace_secs);

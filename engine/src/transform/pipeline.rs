@@ -23,6 +23,11 @@ pub struct StageOptions {
     pub donated: Vec<bool>,
     /// LLVM optimisation level (default 2).
     pub opt_level: Option<u8>,
+    /// Per flat argument and per result: the memory kind (`LowerOptions`; empty: all
+    /// `device`). Part of the lowered text, so of the executable cache key.
+    pub in_memory_kinds: Vec<crate::runtime::MemoryKind>,
+    /// Per result: its memory kind (empty: all `device`).
+    pub out_memory_kinds: Vec<crate::runtime::MemoryKind>,
 }
 
 /// What compiling a jaxpr produced.
@@ -131,7 +136,8 @@ pub fn lower_closed(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result<
     let c = ClosedJaxpr { jaxpr: canonicalize(&j.jaxpr), consts: j.consts.clone() };
     let mut donated = opts.donated.clone();
     donated.resize(c.jaxpr.invars.len(), false);
-    lower::lower_jaxpr(&c, name, &LowerOptions { donated })
+    let (in_memory_kinds, out_memory_kinds) = (opts.in_memory_kinds.clone(), opts.out_memory_kinds.clone());
+    lower::lower_jaxpr(&c, name, &LowerOptions { donated, in_memory_kinds, out_memory_kinds })
 }
 
 /// The process-wide compiler flags, `JAXREPL_FLAGS` (in the spirit of `XLA_FLAGS`):
@@ -191,8 +197,8 @@ fn compile_persistent(module: &LoweredModule, opt_level: u8) -> Result<(Executab
         Load::Hit(exe, v) => return Ok((exe, v)),
         Load::Miss(why) | Load::Corrupt(why) => why,
     };
-    let (e, what) = compile::compile_persistent_tiered(module, &opts, Some(Arc::new(p)))?;
-    Ok((e, Verdict { hit: false, text: format!("miss ({why}); {what}") }))
+    let (e, what, later) = compile::compile_persistent_tiered(module, &opts, Some(Arc::new(p)))?;
+    Ok((e, Verdict { hit: false, text: format!("miss ({why}); {what}"), later }))
 }
 
 /// `compile_lowered`, also returning the persistent layer's verdict (`None` for an

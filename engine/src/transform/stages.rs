@@ -3,7 +3,7 @@
 //! Invariant: each stage is reached through the same caches as `Jitted::call`.
 
 use super::jit::{run_donating, CacheEntry, Jitted, Signature};
-use super::pipeline::{self, ExecutableRef, StageOptions};
+use super::pipeline::{self, ExecutableRef};
 use crate::compile::{cost_analysis, memory_analysis, CostAnalysis, MemoryAnalysis, PassDiffs};
 use crate::error::{Error, Result};
 use crate::ir::{ClosedJaxpr, ShapeDtypeStruct, ShapedArray};
@@ -52,7 +52,7 @@ impl<A: Pytree, R: Pytree> Traced<A, R> {
         let module = match self.entry.compiled.get() {
             Some(c) => c.lowered.clone(),
             None => {
-                let opts = StageOptions { donated: self.entry.donated.clone(), ..Default::default() };
+                let opts = self.entry.stage_options(None);
                 let _precision = crate::lax::precision::with_default_matmul_precision(self.entry.matmul_precision)?;
                 Arc::new(pipeline::lower_closed(&self.entry.jaxpr, self.f.name(), &opts)?)
             }
@@ -187,7 +187,7 @@ impl<A: Pytree, R: Pytree> Lowered<A, R> {
     /// executable cache. Errors: see `parse_compiler_options`; compile failures.
     pub fn compile_with(&self, options: &[(&str, &str)]) -> Result<Compiled<A, R>> {
         let opt_level = parse_compiler_options(options)?;
-        let opts = StageOptions { donated: self.entry.donated.clone(), opt_level: Some(opt_level) };
+        let opts = self.entry.stage_options(Some(opt_level));
         let (exe, _) = pipeline::compile_lowered(&self.module, &opts)?;
         Ok(Compiled::new(
             self.module.clone(),
@@ -292,7 +292,7 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     /// The options the partitioner compiles per-device programs with (this compile's
     /// optimisation level).
     fn partition_opts(&self) -> super::pipeline::StageOptions {
-        super::pipeline::StageOptions { donated: vec![], opt_level: Some(self.opt_level) }
+        super::pipeline::StageOptions { donated: vec![], opt_level: Some(self.opt_level), ..Default::default() }
     }
     /// LLVM IR of the compiled module.
     pub fn llvm_ir(&self) -> Result<String> {
@@ -362,9 +362,11 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
                 ArgLeaf::Spec(_) => Err(Error::type_error("cannot call a Compiled with ShapeDtypeStruct specs")),
             })
             .collect::<Result<Vec<_>>>()?;
-        let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?.for_jaxpr(&self.jaxpr, &inputs)?;
+        let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?
+            .for_jaxpr(&self.jaxpr, &inputs)?
+            .with_kinds(&self.module.out_memory_kinds);
         if let Some(mesh) = place.mesh().filter(|_| !self.donated.iter().any(|d| *d)) {
-            if let Some(outs) = crate::partition::try_run("compiled", &self.jaxpr, &inputs, mesh, &[], &self.partition_opts())? {
+            if let Some(outs) = crate::partition::try_run("compiled", &self.jaxpr, &inputs, mesh, &[], &self.partition_opts(), &self.module.out_memory_kinds)? {
                 return crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone());
             }
         }
