@@ -3,7 +3,7 @@
 - Locations in a cell whose statements share a line (`let f = jit(..); f.call(..)`, which
   evcxr splits into lines of its own and whose final expression it wraps for display)
   read `cell N, line L`: `%explain`, the jdb header, an operator's panic, and the
-  TracerBoolConversionError line "while tracing the function f at cell N, line L for jit"
+  TracerBoolConversionError line "while tracing the function <lambda> at cell N, line L for jit"
   (and "for grad" under `grad`).
 - A magic line after Rust statements runs after them; a compile error in a magic's argument
   shows the user's line and column, not the generated call.
@@ -71,13 +71,13 @@ def test_bool_conversion_names_the_function_line_and_transformation(kernel):
     reply, outputs = run(kc, code)
     assert (reply["status"], reply["ename"]) == ("error", "TracerBoolConversionError"), outputs
     n = reply["execution_count"]
-    assert f"The error occurred while tracing the function f at cell {n}, line 1 for jit." in text_of(outputs), outputs
+    assert f"The error occurred while tracing the function <lambda> at cell {n}, line 1 for jit." in text_of(outputs), outputs
     # (A `grad(..)` result cannot be kept in a variable: evcxr cannot persist its type.)
     code = "grad(|x: Array| -> Result<Array> {\n    if x.gt(0.0).to_bool()? { Ok(x.sin()) } else { Ok(x) }\n})(Array::scalar(1.0f32))"
     reply, outputs = run(kc, code)
     assert (reply["status"], reply["ename"]) == ("error", "TracerBoolConversionError"), outputs
     n = reply["execution_count"]
-    assert f"The error occurred while tracing the function f at cell {n}, line 1 for grad." in text_of(outputs), outputs
+    assert f"The error occurred while tracing the function <lambda> at cell {n}, line 1 for grad." in text_of(outputs), outputs
 
 
 def test_a_magic_after_statements_and_its_compile_errors(kernel):

@@ -92,8 +92,8 @@ fn bool_conversion_of_tracer_is_an_error_naming_the_argument() {
     assert_eq!(e.ename(), "TracerBoolConversionError");
     assert!(e.message.contains("Attempted boolean conversion of traced array with shape bool[]"), "{}", e.message);
     assert!(e.message.contains("args[0]"), "{}", e.message);
-    // JAX's "The error occurred while tracing the function f at FILE:LINE for jit".
-    let at = format!("The error occurred while tracing the function f at {}:{} for jit.", file!(), line!() - 8);
+    // JAX's "The error occurred while tracing the function <lambda> at FILE:LINE for jit".
+    let at = format!("The error occurred while tracing the function <lambda> at {}:{} for jit.", file!(), line!() - 8);
     assert!(e.message.contains(&at), "{at}\n{}", e.message);
 }
 
@@ -103,7 +103,7 @@ fn bool_conversion_under_grad_names_the_function_and_grad() {
     let g = grad(|x: Array| -> Result<Array> { if x.gt(0.0).to_bool()? { Ok(x.sin()) } else { Ok(x) } });
     let e = g(Array::scalar(1.0f32)).unwrap_err();
     assert_eq!(e.ename(), "TracerBoolConversionError");
-    let at = format!("The error occurred while tracing the function f at {}:{line} for grad.", file!());
+    let at = format!("The error occurred while tracing the function <lambda> at {}:{line} for grad.", file!());
     assert!(e.message.contains(&at), "{at}\n{}", e.message);
     fn h(x: Array) -> Result<Array> {
         if x.gt(0.0).to_bool()? { Ok(x) } else { Ok(-x) }

@@ -26,10 +26,10 @@ pub(crate) fn leaves_of(flat: &Flat) -> Result<Vec<Array>> {
 }
 
 /// How the function `f` passed to transformation `transform` at `loc` is named in tracing
-/// errors: `f at cell 2, line 1 for grad` (an `fn` item's name, `f` for a closure; JAX's
-/// "while tracing the function f at FILE:LINE for jit").
+/// errors: `f at cell 2, line 1 for grad` (an `fn` item's name, `<lambda>` for a closure, as
+/// `jit` names it; JAX's "while tracing the function f at FILE:LINE for jit").
 fn describe<F>(_f: &F, loc: &Location<'_>, transform: &str) -> String {
-    let name = super::item_name::<F>().unwrap_or_else(|| "f".into());
+    let name = super::item_name::<F>().unwrap_or_else(|| super::jit::LAMBDA.into());
     format!("{name} at {} for {transform}", crate::trace::source_info(loc).line_label())
 }
 
