@@ -591,7 +591,10 @@ pub fn partitioned_calls() -> u64 {
     PARTITIONED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-type Key = (usize, Vec<Dims>, Vec<Dims>, Vec<Option<Dims>>, Option<u8>, String);
+/// A plan's key: the jaxpr (address; the entry keeps the jaxpr to compare), the mesh (its
+/// devices and axes: the plan's shardings and blocks name them), the argument layouts,
+/// declared and wanted shardings, opt level and matmul precision.
+type Key = (usize, Mesh, Vec<Dims>, Vec<Dims>, Vec<Option<Dims>>, Option<u8>, String);
 
 #[allow(clippy::type_complexity)]
 fn plan_cache() -> &'static Mutex<HashMap<Key, (Arc<ClosedJaxpr>, Option<Arc<Plan>>)>> {
@@ -610,7 +613,7 @@ pub(crate) fn cached_plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared:
         return Ok(None); // nothing is split: the single-device program is the plan
     }
     let precision = format!("{:?}", crate::lax::precision::default_matmul_precision());
-    let key: Key = (j as *const ClosedJaxpr as usize, args.to_vec(), declared.to_vec(), want.to_vec(), opts.opt_level, precision);
+    let key: Key = (j as *const ClosedJaxpr as usize, mesh.clone(), args.to_vec(), declared.to_vec(), want.to_vec(), opts.opt_level, precision);
     if let Some((jj, p)) = plan_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key)
         && **jj == *j
     {

@@ -306,3 +306,22 @@ fn sharding_constraint_inside_jit() {
     let gf = move |x: Array| grad(|y: Array| fa(y).sum())(x);
     close(&jit(gf.clone()).call(&put(&x, &am, P!("i", None))).unwrap(), &jit(gf).call(&x).unwrap());
 }
+
+/// A pipeline over stage meshes of other devices than the first ones (notebook 201-04):
+/// each stage's mesh holds devices 2k and 2k+1, and the partitioned program runs there.
+#[test]
+fn stage_meshes_on_later_devices() {
+    eight_cpu_devices();
+    let devs = devices();
+    let stage_meshes: Vec<Mesh> = (0..4).map(|i| Mesh::new(&devs[2 * i..2 * i + 2], &[2], &["x"], vec![AxisType::Explicit]).unwrap()).collect();
+    let step = jit(|x: Array| (x * 2.0 + 1.0).tanh());
+    let mut h = jnp::arange(8.0) / 8.0;
+    let mut want = h.clone();
+    for m in &stage_meshes {
+        h = put(&h, m, P!("x"));
+        h = step.call(&h).unwrap();
+        want = step.call(&want).unwrap();
+        assert_eq!(h.sharding().unwrap().mesh(), Some(m));
+    }
+    close(&h, &want);
+}

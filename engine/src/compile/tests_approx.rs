@@ -146,6 +146,16 @@ fn tanh_within_5_ulp() {
     check(P::Tanh, xs, f64::tanh, 5.0);
 }
 
+/// Large |x| give exactly ±1 (JAX's `tanh(20.0)` is `1.0`), so sums of saturated values
+/// are exact: 256·256 ones sum to 65536.
+#[test]
+fn tanh_saturates_to_exactly_one() {
+    let xs = [9.02f32, 9.5, 20.0, 257.0, 1e30, f32::INFINITY, -9.02, -30.0, f32::NEG_INFINITY];
+    let got = run(P::Tanh, &xs);
+    let want: Vec<f32> = xs.iter().map(|x| x.signum()).collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn logistic_within_3_ulp() {
     let mut xs = sweep(-110.0, 110.0, 200_000);

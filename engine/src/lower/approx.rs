@@ -291,7 +291,14 @@ fn tanh(b: &mut B, x: &str) -> String {
     let ax = b.abs(x);
     let tiny = b.c(0.0004);
     let small = b.cmp("olt", &ax, &tiny);
-    b.sel(&small, x, &r)
+    let r = b.sel(&small, x, &r);
+    // The rational saturates at 1 − 2⁻²² beyond the clamp; from |x| = 9.02 on the
+    // correctly rounded result is exactly ±1 (1 − tanh|x| < 2⁻²⁵), as XLA's tanh gives.
+    let sat = b.c(9.02);
+    let big = b.cmp("oge", &ax, &sat);
+    let one = b.c(1.0);
+    let signed_one = b.e.op(&format!("math.copysign {one}, {x} : f32"));
+    b.sel(&big, &signed_one, &r)
 }
 
 /// `logistic(x)`: with e = e^-|x| (inline `exp`, never overflowing), 1 / (1 + e) for
