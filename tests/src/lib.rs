@@ -53,3 +53,17 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// `x` placed with `NamedSharding(mesh, spec)` (panics on error: test helper).
+pub fn put(x: &jax::prelude::Array, mesh: &jax::prelude::Mesh, spec: jax::prelude::PartitionSpec) -> jax::prelude::Array {
+    jax::prelude::device_put(x, jax::prelude::NamedSharding::new(mesh, spec).unwrap()).unwrap()
+}
+
+/// Asserts `a` and `b` (f32) have one shape and agree elementwise within `rtol · (1 + |b|)`.
+pub fn assert_close_f32(a: &jax::prelude::Array, b: &jax::prelude::Array, rtol: f32) {
+    assert_eq!(a.shape(), b.shape());
+    let (x, y) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+        assert!((p - q).abs() <= rtol * (1.0 + q.abs()), "element {i}: {p} vs {q}");
+    }
+}

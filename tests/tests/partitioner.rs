@@ -5,18 +5,10 @@
 //! `out_shardings`); the compiled text shows the per-device program and its collectives.
 
 use jax::prelude::*;
-use jaxrepl_tests::{eight_cpu_devices, host_array};
-
-fn put(x: &Array, mesh: &Mesh, spec: PartitionSpec) -> Array {
-    device_put(x, NamedSharding::new(mesh, spec).unwrap()).unwrap()
-}
+use jaxrepl_tests::{assert_close_f32, eight_cpu_devices, host_array, put};
 
 fn close(a: &Array, b: &Array) {
-    assert_eq!(a.shape(), b.shape());
-    let (x, y) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
-    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
-        assert!((p - q).abs() <= 1e-4 * (1.0 + q.abs()), "element {i}: {p} vs {q}");
-    }
+    assert_close_f32(a, b, 1e-4);
 }
 
 /// Every shard holds its block of `want` (row-major 2-D).

@@ -7,7 +7,7 @@
 
 use jax::prelude::*;
 use std::sync::{Arc, Mutex};
-use jaxrepl_tests::eight_cpu_devices;
+use jaxrepl_tests::{assert_close_f32, eight_cpu_devices, put};
 
 fn arange(n: usize) -> Vec<f32> {
     (0..n).map(|i| i as f32).collect()
@@ -17,16 +17,8 @@ fn mesh42() -> Mesh {
     make_mesh(&[4, 2], &["X", "Y"], None).unwrap()
 }
 
-fn put(x: &Array, mesh: &Mesh, spec: PartitionSpec) -> Array {
-    device_put(x, NamedSharding::new(mesh, spec).unwrap()).unwrap()
-}
-
 fn close(a: &Array, b: &Array) {
-    assert_eq!(a.shape(), b.shape());
-    let (x, y) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
-    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
-        assert!((p - q).abs() <= 1e-5 * (1.0 + q.abs()), "element {i}: {p} vs {q}");
-    }
+    assert_close_f32(a, b, 1e-5);
 }
 
 fn spec_of(a: &Array) -> String {
