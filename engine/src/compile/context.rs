@@ -25,7 +25,31 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// would lower to the `__truncsfbf2` libcall the JIT cannot resolve.
 pub const PIPELINE_TO_LOOPS: &str = "builtin.module(arith-expand{include-bf16=true},inline{default-pipeline=},symbol-dce,linalg-generalize-named-ops,linalg-fuse-elementwise-ops,\
 eliminate-empty-tensors,one-shot-bufferize{allow-return-allocs-from-loops bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
-buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
+func.func(buffer-loop-hoisting),buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
+
+/// The passes of [`PIPELINE_TO_LOOPS`] up to elementwise fusion, on tensors.
+pub const PIPELINE_TO_LOOPS_FUSE: &str =
+    "builtin.module(arith-expand{include-bf16=true},inline{default-pipeline=},symbol-dce,linalg-generalize-named-ops,linalg-fuse-elementwise-ops)";
+
+/// The rest of [`PIPELINE_TO_LOOPS`]: bufferization and loops. `buffer-loop-hoisting`
+/// (before the deallocation pipeline) moves a loop body's fixed-size temporaries that do
+/// not escape an iteration (a reduction's 0-d accumulator, a matmul result read by the
+/// carry update) out of the loop: one allocation per call instead of one per iteration.
+pub const PIPELINE_TO_LOOPS_REST: &str = "builtin.module(eliminate-empty-tensors,one-shot-bufferize{allow-return-allocs-from-loops bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
+func.func(buffer-loop-hoisting),buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
+
+/// The name `diff_passes` shows for the step between the two halves of
+/// [`PIPELINE_TO_LOOPS`] (`inplace::loop_carries_in_place`, not an MLIR pass); also part of
+/// the persistent cache key.
+pub const LOOP_CARRIES_IN_PLACE: &str = "jaxrepl-loop-carries-in-place";
+
+/// Runs [`PIPELINE_TO_LOOPS`] on `module`: fusion, the in-place rewrite of loop carries
+/// (`super::inplace`), then bufferization to loops. Errors as [`run_pipeline`].
+pub fn run_to_loops(ctx: &Context, module: &mut Module, diags: &Diagnostics) -> Result<(), Error> {
+    run_pipeline(ctx, module, PIPELINE_TO_LOOPS_FUSE, diags)?;
+    super::inplace::loop_carries_in_place(module);
+    run_pipeline(ctx, module, PIPELINE_TO_LOOPS_REST, diags)
+}
 
 /// The passes from loops on memrefs to the LLVM dialect. `convert-math-to-funcs` expands
 /// `math.ipowi`; `convert-math-to-libm` catches every math op without an LLVM intrinsic.

@@ -355,8 +355,22 @@ pub fn diff_passes(module: &LoweredModule) -> Result<PassDiffs, Error> {
                     .header("before", "after")
                     .to_string()
             };
+            let fused = pass == "linalg-fuse-elementwise-ops" && name == "to-loops";
             out.push(PassDiff { pass, pipeline: name, diff });
             before = after;
+            if fused {
+                // The compile's in-place rewrite of loop carries (not a registered pass,
+                // `context::run_to_loops`) runs right after fusion.
+                super::inplace::loop_carries_in_place(&m);
+                let after = m.as_operation().to_string();
+                let diff = if after == before {
+                    String::new()
+                } else {
+                    similar::TextDiff::from_lines(&before, &after).unified_diff().context_radius(3).header("before", "after").to_string()
+                };
+                out.push(PassDiff { pass: context::LOOP_CARRIES_IN_PLACE.to_string(), pipeline: name, diff });
+                before = after;
+            }
         }
     }
     // The compile's last step on the LLVM dialect (not a registered pass): FMA contraction

@@ -21,6 +21,7 @@
 
 mod analysis;
 mod gemm;
+mod inplace;
 mod inspect;
 mod memcpy;
 mod orc;
@@ -309,6 +310,7 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     let optimized_ir = std::sync::OnceLock::new();
     if par {
         run_pipeline(ctx, &mut m, parallel::PIPELINE_FUSE, &diags)?;
+        inplace::loop_carries_in_place(&m);
         let (tagged, k) = parallel::tag_parallel(&m.as_operation().to_string(), parallel::num_threads());
         if k == 0 {
             return Ok(None);
@@ -320,7 +322,7 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         let _ = optimized_ir.set(m.as_operation().to_string());
         run_pipeline(ctx, &mut m, parallel::PIPELINE_PAR_TO_LLVM, &diags)?;
     } else {
-        run_pipeline(ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
+        context::run_to_loops(ctx, &mut m, &diags)?;
         run_pipeline(ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
     }
     context::allow_fp_contraction(ctx, &m);
@@ -641,7 +643,7 @@ impl Executable {
             let r = Module::parse(&guard.ctx, &self.src)
                 .ok_or_else(|| diags.error("the lowered module does not parse"))
                 .and_then(|mut m| {
-                    run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
+                    context::run_to_loops(&guard.ctx, &mut m, &diags)?;
                     Ok(m.as_operation().to_string())
                 });
             r.unwrap_or_else(|e| format!("// optimized IR unavailable: {e}\n"))
@@ -664,7 +666,7 @@ impl Executable {
             return f(m, &diags);
         }
         let mut m = Module::parse(&guard.ctx, &self.src).ok_or_else(|| diags.error("the lowered module does not parse"))?;
-        run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LOOPS, &diags)?;
+        context::run_to_loops(&guard.ctx, &mut m, &diags)?;
         run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
         context::allow_fp_contraction(&guard.ctx, &m);
         f(&m, &diags)

@@ -122,6 +122,7 @@ pub(crate) fn pending(m: &LoweredModule, opt_level: u8) -> Option<Pending> {
         env!("CARGO_PKG_VERSION"),
         m.text.as_str(),
         super::context::PIPELINE_TO_LOOPS,
+        super::context::LOOP_CARRIES_IN_PLACE,
         super::context::PIPELINE_TO_LLVM,
         super::parallel::PIPELINE_FUSE,
         super::parallel::PIPELINE_PAR_TO_LOOPS,

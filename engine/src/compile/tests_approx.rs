@@ -170,10 +170,59 @@ fn erf_within_1_ulp() {
     check(P::Erf, xs, erf, 1.0);
 }
 
+/// Inputs for sin/cos/tan: a dense sweep, every octave up to f32::MAX, 200k f32 bit
+/// patterns spread over all finite values (LCG), and the f32s nearest to k·π/2 (the
+/// inputs whose reduced argument cancels the most) for k up to 2^17, plus k·2^m·π/2.
+fn trig_inputs() -> Vec<f32> {
+    let mut xs = sweep(-20.0, 20.0, 100_000);
+    xs.extend(logsweep(-60, 128, 64, true));
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..200_000 {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let f = f32::from_bits((s >> 32) as u32);
+        if f.is_finite() {
+            xs.push(f);
+        }
+    }
+    for k in 1..(1 << 17) {
+        let v = (k as f64 * std::f64::consts::FRAC_PI_2) as f32;
+        xs.extend([v, -v, f32::from_bits(v.to_bits() + 1), f32::from_bits(v.to_bits() - 1)]);
+    }
+    for m in 0..100 {
+        for k in 1..64 {
+            xs.push((k as f64 * 2f64.powi(m) * std::f64::consts::FRAC_PI_2) as f32);
+        }
+    }
+    xs.extend([1048575.9f32, 1048576.0, 1048576.1, -1048576.0, 16367173.0 * 2f32.powi(72), 3.0 * 2f32.powi(126)]);
+    xs
+}
+
+#[test]
+fn sin_cos_tan_within_1_ulp_over_the_whole_range() {
+    check(P::Sin, trig_inputs(), f64::sin, 1.0);
+    check(P::Cos, trig_inputs(), f64::cos, 1.0);
+    check(P::Tan, trig_inputs(), f64::tan, 1.0);
+}
+
+#[test]
+fn sin_cos_special_values() {
+    let xs = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, -1e-30, f32::from_bits(1)];
+    let s = run(P::Sin, &xs);
+    let c = run(P::Cos, &xs);
+    assert_eq!(s[0].to_bits(), 0.0f32.to_bits());
+    assert_eq!(s[1].to_bits(), (-0.0f32).to_bits());
+    assert!(s[2].is_nan() && s[3].is_nan() && s[4].is_nan());
+    assert!(c[2].is_nan() && c[3].is_nan() && c[4].is_nan());
+    assert_eq!(&s[5..], &xs[5..]);
+    assert_eq!(&c[..2], &[1.0, 1.0]);
+    assert_eq!(&c[5..], &[1.0, 1.0, 1.0]);
+}
+
 #[test]
 fn half_dtypes_use_the_f32_approximations() {
-    // bf16 exp and tanh: computed in f32, rounded once to bf16 (within 1 bf16 ulp).
-    for p in [P::Exp, P::Tanh, P::Log1p, P::Erf] {
+    // bf16 exp and tanh: computed in f32, rounded once to bf16 (within 1 bf16 ulp); bf16
+    // sin, cos and tan (libm in f32, see `lower::approx::unary_for`) compile and agree too.
+    for p in [P::Exp, P::Tanh, P::Log1p, P::Erf, P::Sin, P::Cos, P::Tan] {
         let xs: Vec<f64> = (0..64).map(|i| -4.0 + i as f64 * 0.125).collect();
         let a = ShapedArray::new(&[xs.len()], DType::BF16);
         let bytes: Vec<u8> = xs.iter().flat_map(|&x| crate::ir::Scalar::F64(x).to_bytes(DType::BF16)).collect();
@@ -187,13 +236,17 @@ fn half_dtypes_use_the_f32_approximations() {
                 P::Exp => x.exp(),
                 P::Tanh => x.tanh(),
                 P::Log1p => x.ln_1p(),
+                P::Sin => x.sin(),
+                P::Cos => x.cos(),
+                P::Tan => x.tan(),
                 _ => erf(*x),
             };
             if want.is_nan() || want.is_infinite() {
                 assert!(g.is_nan() == want.is_nan() && (want.is_nan() || g == want), "{} bf16 at {x}: {g} vs {want}", p.name());
                 continue;
             }
-            assert!((g - want).abs() <= want.abs() / 128.0 + 1e-30, "{} bf16 at {x}: {g} vs {want}", p.name());
+            // (one bf16 ulp of the result, or of 2^-8 where the result cancels to ~0)
+            assert!((g - want).abs() <= want.abs() / 128.0 + if matches!(p, P::Sin | P::Cos | P::Tan) { 1e-3 } else { 1e-30 }, "{} bf16 at {x}: {g} vs {want}", p.name());
         }
     }
 }

@@ -18,6 +18,8 @@
 //! - `tanh`: ≤ 5 ulp (largest near |x| ≈ 8, where Eigen's rational saturates), ≤ 3e-7 absolute.
 //! - `logistic`: ≤ 3 ulp.
 //! - `erf`: ≤ 1 ulp (correctly rounded but within 1e-9 of a rounding boundary).
+//! - `sin`, `cos`, `tan`: ≤ 1 ulp for every finite input, the largest included (computed
+//!   in f64 with an exact range reduction, rounded once to f32).
 
 use super::emit::{float_lit, Emitter};
 use crate::ir::{DType, Primitive};
@@ -104,6 +106,17 @@ impl B<'_> {
     }
 }
 
+/// Emits the f32 approximation of `prim` on `x` (an f32 computing a value of dtype `d`:
+/// f32, or f16/bf16 widened), or `None` for primitives without one. f16/bf16 sin, cos and
+/// tan keep the libm call: LLVM 22's x86 code generator turned the f64 trig code followed
+/// by the expanded bf16 rounding into a `__truncsfbf2` libcall the JIT cannot resolve.
+pub(crate) fn unary_for(e: &mut Emitter, prim: &Primitive, x: &str, d: DType) -> Option<String> {
+    if d != DType::F32 && matches!(prim, Primitive::Sin | Primitive::Cos | Primitive::Tan) {
+        return None;
+    }
+    unary_f32(e, prim, x)
+}
+
 /// Emits the f32 approximation of `prim` on `x`, or `None` for primitives without one.
 pub(crate) fn unary_f32(e: &mut Emitter, prim: &Primitive, x: &str) -> Option<String> {
     let mut b = B { e };
@@ -115,6 +128,9 @@ pub(crate) fn unary_f32(e: &mut Emitter, prim: &Primitive, x: &str) -> Option<St
         Primitive::Erf => erf(&mut b, x),
         Primitive::Log1p => log1p(&mut b, x),
         Primitive::Expm1 => expm1(&mut b, x),
+        Primitive::Sin => trig(&mut b, x, Trig::Sin),
+        Primitive::Cos => trig(&mut b, x, Trig::Cos),
+        Primitive::Tan => trig(&mut b, x, Trig::Tan),
         _ => return None,
     })
 }
@@ -350,4 +366,154 @@ fn erf(b: &mut B, x: &str) -> String {
     }
     let r64 = b.e.op(&format!("arith.mulf {xc}, {p} : f64"));
     b.e.op(&format!("arith.truncf {r64} : f64 to f32"))
+}
+
+/// Which of the trigonometric functions [`trig`] computes.
+#[derive(Clone, Copy, PartialEq)]
+enum Trig {
+    Sin,
+    Cos,
+    Tan,
+}
+
+/// 2/π in 24-bit chunks (fdlibm's `ipio2` table of `k_rem_pio2.c`): 2/π = Σ
+/// `TWO_OVER_PI_24[j]` · 2^(-24(j+1)); 9 chunks (216 bits) reduce every finite f32 exactly
+/// enough (see [`trig`]).
+const TWO_OVER_PI_24: [u32; 9] = [0xA2F983, 0x6E4E44, 0x1529FC, 0x2757D1, 0xF534DD, 0xC0DB62, 0x95993C, 0x439041, 0xFE5163];
+
+/// π/2 as the f64 `PIO2_1` plus the f64 nearest to the rest, `PIO2_2` (|error| < 2^-107).
+const PIO2_1: f64 = std::f64::consts::FRAC_PI_2;
+const PIO2_2: f64 = 6.123233995736766e-17;
+
+/// Below this |x| the fast reduction (two FMAs) is used; above it the exact one.
+const TRIG_FAST_LIMIT: f64 = 1048576.0; // 2^20
+
+/// `sin`, `cos` or `tan` of an f32 `x`, computed in f64 and rounded once.
+///
+/// Range reduction to r = x - k·π/2 with |r| ≤ π/4 (+ a rounding margin), k's quadrant
+/// k mod 4 kept as an f64 in {0, 1, 2, 3}:
+/// - |x| < 2^20 (an `scf.if` branch; LLVM if-converts it in vectorised loops): k =
+///   roundeven(x·2/π), r = fma(-k, PIO2_2, fma(-k, PIO2_1, x)). The first FMA is exact
+///   (x is a multiple of 2^-24 and k·PIO2_1 of 2^-52, the difference below 2 in
+///   magnitude), the second rounds once relative to r, and the omitted k·(π/2 - PIO2_1 -
+///   PIO2_2) < 2^-86 is far below the smallest |r| of an f32 (≈ 2^-30 in the worst case).
+/// - larger |x| (Payne–Hanek in f64, no table lookup): x·2/π mod 4 as Σ_j (x·C_j mod 4)
+///   over the 24-bit chunks C_j of [`TWO_OVER_PI_24`]. Each product of the 24-bit
+///   significand of x and a 24-bit chunk is exact in f64, so is each `p - 4·floor(p/4)`;
+///   the running sum is split after every term into an integer (added to k) and a
+///   fraction in [-½, ½], so the fraction keeps the low bits a cancellation needs. r =
+///   fraction·π/2.
+///
+/// Then sin r and cos r by their Taylor polynomials to r^11 and r^12 (truncation error
+/// below 1e-12 relative on |r| ≤ π/4), combined by quadrant: sin x = (s, c, -s, -c)[q],
+/// cos x = (c, -s, -c, s)[q], tan x = sin x / cos x in f64; sin(±0) = tan(±0) = ±0. NaN and ±inf give NaN (the quadrant comparisons are all false on NaN
+/// and the NaN r flows through the polynomials).
+fn trig(b: &mut B, x: &str, which: Trig) -> String {
+    let e = &mut *b.e;
+    let d = |e: &mut Emitter, v: f64| e.scalar_const(&float_lit(v, DType::F64), DType::F64);
+    let bin = |e: &mut Emitter, op: &str, a: &str, c: &str| e.op(&format!("arith.{op} {a}, {c} : f64"));
+    let fma = |e: &mut Emitter, a: &str, m: &str, c: &str| e.op(&format!("math.fma {a}, {m}, {c} : f64"));
+    let xd = e.op(&format!("arith.extf {x} : f32 to f64"));
+    let ax = e.op(&format!("math.absf {xd} : f64"));
+    let lim = d(e, TRIG_FAST_LIMIT);
+    let big = e.op(&format!("arith.cmpf oge, {ax}, {lim} : f64"));
+    let n = e.fresh("");
+    e.line(&format!("{n}:2 = scf.if {big} -> (f64, f64) {{"));
+    e.push();
+    {
+        // Exact reduction (|x| ≥ 2^20, and ±inf, whose products give NaN).
+        let (zero, quarter, four) = (d(e, 0.0), d(e, 0.25), d(e, 4.0));
+        let (mut f, mut k) = (zero.clone(), zero);
+        for (j, &c) in TWO_OVER_PI_24.iter().enumerate() {
+            let cj = d(e, c as f64 * 2f64.powi(-24 * (j as i32 + 1)));
+            let p = bin(e, "mulf", &xd, &cj);
+            let p4 = bin(e, "mulf", &p, &quarter);
+            let fl = e.op(&format!("math.floor {p4} : f64"));
+            let nf = e.op(&format!("arith.negf {fl} : f64"));
+            let q = fma(e, &nf, &four, &p);
+            let s = bin(e, "addf", &f, &q);
+            let ki = e.op(&format!("math.roundeven {s} : f64"));
+            f = bin(e, "subf", &s, &ki);
+            k = bin(e, "addf", &k, &ki);
+        }
+        let pio2 = d(e, PIO2_1);
+        let r = bin(e, "mulf", &f, &pio2);
+        e.line(&format!("scf.yield {k}, {r} : f64, f64"));
+    }
+    e.pop();
+    e.line("} else {");
+    e.push();
+    {
+        let two_pi = d(e, std::f64::consts::FRAC_2_PI);
+        let t = bin(e, "mulf", &xd, &two_pi);
+        let k = e.op(&format!("math.roundeven {t} : f64"));
+        let nk = e.op(&format!("arith.negf {k} : f64"));
+        let (p1, p2) = (d(e, PIO2_1), d(e, PIO2_2));
+        let r1 = fma(e, &nk, &p1, &xd);
+        let r2 = fma(e, &nk, &p2, &r1);
+        let q4 = d(e, std::f64::consts::FRAC_PI_4);
+        let small = e.op(&format!("arith.cmpf ole, {ax}, {q4} : f64"));
+        let r = e.op(&format!("arith.select {small}, {xd}, {r2} : f64"));
+        e.line(&format!("scf.yield {k}, {r} : f64, f64"));
+    }
+    e.pop();
+    e.line("}");
+    let (k, r) = (format!("{n}#0"), format!("{n}#1"));
+    // q = k mod 4 in {0, 1, 2, 3} (k is an integer-valued f64).
+    let (quarter, four) = (d(e, 0.25), d(e, 4.0));
+    let k4 = bin(e, "mulf", &k, &quarter);
+    let fl = e.op(&format!("math.floor {k4} : f64"));
+    let nf = e.op(&format!("arith.negf {fl} : f64"));
+    let q = fma(e, &nf, &four, &k);
+    let r2 = bin(e, "mulf", &r, &r);
+    let poly = |e: &mut Emitter, cs: &[f64]| -> String {
+        let mut p = d(e, cs[cs.len() - 1]);
+        for &c in cs[..cs.len() - 1].iter().rev() {
+            let cc = d(e, c);
+            p = fma(e, &p, &r2, &cc);
+        }
+        p
+    };
+    // sin r = r + r·r²·S(r²), cos r = C(r²), Taylor coefficients.
+    let sp = poly(e, &[-1.0 / 6.0, 1.0 / 120.0, -1.0 / 5040.0, 1.0 / 362880.0, -1.0 / 39916800.0]);
+    let rr2 = bin(e, "mulf", &r, &r2);
+    let sin_r = fma(e, &rr2, &sp, &r);
+    let cos_r = poly(e, &[1.0, -0.5, 1.0 / 24.0, -1.0 / 720.0, 1.0 / 40320.0, -1.0 / 3628800.0, 1.0 / 479001600.0]);
+    let (one, two, three) = (d(e, 1.0), d(e, 2.0), d(e, 3.0));
+    let is1 = e.op(&format!("arith.cmpf oeq, {q}, {one} : f64"));
+    let is2 = e.op(&format!("arith.cmpf oeq, {q}, {two} : f64"));
+    let is3 = e.op(&format!("arith.cmpf oeq, {q}, {three} : f64"));
+    let odd = e.op(&format!("arith.ori {is1}, {is3} : i1"));
+    let signed = |e: &mut Emitter, neg: &str, v: &str| {
+        let nv = e.op(&format!("arith.negf {v} : f64"));
+        e.op(&format!("arith.select {neg}, {nv}, {v} : f64"))
+    };
+    let sin_of = |e: &mut Emitter| {
+        let v = e.op(&format!("arith.select {odd}, {cos_r}, {sin_r} : f64"));
+        let neg = e.op(&format!("arith.ori {is2}, {is3} : i1"));
+        signed(e, &neg, &v)
+    };
+    let cos_of = |e: &mut Emitter| {
+        let v = e.op(&format!("arith.select {odd}, {sin_r}, {cos_r} : f64"));
+        let neg = e.op(&format!("arith.ori {is1}, {is2} : i1"));
+        signed(e, &neg, &v)
+    };
+    let res = match which {
+        Trig::Sin => sin_of(e),
+        Trig::Cos => cos_of(e),
+        Trig::Tan => {
+            let s = sin_of(e);
+            let c = cos_of(e);
+            bin(e, "divf", &s, &c)
+        }
+    };
+    let res = if which == Trig::Cos {
+        res
+    } else {
+        // sin(±0) = tan(±0) = ±0 (the polynomial's r + r³·S gives +0 for -0).
+        let z = d(e, 0.0);
+        let is0 = e.op(&format!("arith.cmpf oeq, {xd}, {z} : f64"));
+        e.op(&format!("arith.select {is0}, {xd}, {res} : f64"))
+    };
+    e.op(&format!("arith.truncf {res} : f64 to f32"))
 }

@@ -224,7 +224,7 @@ pub(super) fn unary(e: &mut Emitter, p: &Primitive, x: &str, d: DType) -> Result
     }
     let xc = to_compute(e, x, d);
     if c == DType::F32 {
-        if let Some(r) = super::approx::unary_f32(e, p, &xc) {
+        if let Some(r) = super::approx::unary_for(e, p, &xc, d) {
             return Ok(from_compute(e, &r, d));
         }
     }

@@ -51,17 +51,22 @@ pub(crate) fn unary(e: &mut Emitter, prim: &Primitive, x: &str, d: DType) -> Res
     let t = c.mlir();
     if d.is_float() {
         let xc = to_compute(e, x, d);
+        if c == DType::F32 {
+            if let Some(r) = super::approx::unary_for(e, prim, &xc, d) {
+                return Ok(from_compute(e, &r, d));
+            }
+        }
+        if matches!(prim, Tan) && c != d {
+            // f16/bf16 (see `approx::unary_for`): libm's f32 tan.
+            let r = e.op(&format!("math.tan {xc} : {t}"));
+            return Ok(from_compute(e, &r, d));
+        }
         if matches!(prim, Tan) {
-            // tan = sin / cos in the compute type (the f32 sin/cos approximations apply).
+            // tan = sin / cos in f64 (f32 has its own approximation above).
             let s = unary(e, &Sin, &xc, c)?;
             let co = unary(e, &Cos, &xc, c)?;
             let r = e.op(&format!("arith.divf {s}, {co} : {t}"));
             return Ok(from_compute(e, &r, d));
-        }
-        if c == DType::F32 {
-            if let Some(r) = super::approx::unary_f32(e, prim, &xc) {
-                return Ok(from_compute(e, &r, d));
-            }
         }
         let r = match prim {
             Neg => e.op(&format!("arith.negf {xc} : {t}")),
