@@ -247,6 +247,10 @@ fn tensor_carries_are_updated_in_place() {
         lax::while_loop(move |(i, _m): (Array, Array)| i.lt(&n), |(i, m): (Array, Array)| (i + 1, (m * 0.5).tanh() + 0.25), (Array::scalar(0i32), m))
     });
     let m0: Vec<f32> = (0..128).map(|i| i as f32 / 64.0 - 1.0).collect();
+    let ma = Array::from_vec(m0.clone(), &[8, 16]).unwrap();
+    let opt = w.trace((&ma, Array::scalar(37i32))).unwrap().lower().unwrap().compile().unwrap().as_text_stage(Stage::Optimized).unwrap();
+    let body = &opt[opt.find("} do {").unwrap()..];
+    assert!(!body[..body.find("scf.yield").unwrap()].contains("memref.alloc"), "{opt}");
     let (i, m) = w.call((Array::from_vec(m0.clone(), &[8, 16]).unwrap(), Array::scalar(37i32))).unwrap();
     assert_eq!(i.item::<i32>().unwrap(), 37);
     for (g, &v) in f64s(&m).iter().zip(&m0) {

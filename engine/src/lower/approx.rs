@@ -107,11 +107,16 @@ impl B<'_> {
 }
 
 /// Emits the f32 approximation of `prim` on `x` (an f32 computing a value of dtype `d`:
-/// f32, or f16/bf16 widened), or `None` for primitives without one. f16/bf16 sin, cos and
-/// tan keep the libm call: LLVM 22's x86 code generator turned the f64 trig code followed
-/// by the expanded bf16 rounding into a `__truncsfbf2` libcall the JIT cannot resolve.
+/// f32, or f16/bf16 widened), or `None` for primitives without one. sin, cos and tan keep
+/// the libm call (glibc's `sinf`/`cosf`) in two cases:
+/// - plain scalar code (`Emitter::scalar_ctx`, a 0-d op outside any `linalg.generic`):
+///   one value at a time, glibc's routine beat the inline code (bench `loops`,
+///   `fori_static_10k` with a `sin(float(i))` body: 7.2–8.7 ns per iteration with libm,
+///   9.4–10.9 inline, back to back); the inline code pays off where LLVM vectorises it;
+/// - f16/bf16: LLVM 22's x86 code generator turned the f64 trig code followed by the
+///   expanded bf16 rounding into a `__truncsfbf2` libcall the JIT cannot resolve.
 pub(crate) fn unary_for(e: &mut Emitter, prim: &Primitive, x: &str, d: DType) -> Option<String> {
-    if d != DType::F32 && matches!(prim, Primitive::Sin | Primitive::Cos | Primitive::Tan) {
+    if (d != DType::F32 || e.scalar_ctx) && matches!(prim, Primitive::Sin | Primitive::Cos | Primitive::Tan) {
         return None;
     }
     unary_f32(e, prim, x)
@@ -450,10 +455,8 @@ fn trig(b: &mut B, x: &str, which: Trig) -> String {
         let nk = e.op(&format!("arith.negf {k} : f64"));
         let (p1, p2) = (d(e, PIO2_1), d(e, PIO2_2));
         let r1 = fma(e, &nk, &p1, &xd);
-        let r2 = fma(e, &nk, &p2, &r1);
-        let q4 = d(e, std::f64::consts::FRAC_PI_4);
-        let small = e.op(&format!("arith.cmpf ole, {ax}, {q4} : f64"));
-        let r = e.op(&format!("arith.select {small}, {xd}, {r2} : f64"));
+        // |x| ≤ π/4 gives k = ±0 and r = x exactly (but r = +0 for x = -0, see below).
+        let r = fma(e, &nk, &p2, &r1);
         e.line(&format!("scf.yield {k}, {r} : f64, f64"));
     }
     e.pop();
@@ -474,12 +477,14 @@ fn trig(b: &mut B, x: &str, which: Trig) -> String {
         }
         p
     };
-    // sin r = r + r·r²·S(r²), cos r = C(r²), Taylor coefficients.
+    // sin r = r + r·r²·S(r²), cos r = 1 + r²·C(r²), Taylor coefficients.
     let sp = poly(e, &[-1.0 / 6.0, 1.0 / 120.0, -1.0 / 5040.0, 1.0 / 362880.0, -1.0 / 39916800.0]);
     let rr2 = bin(e, "mulf", &r, &r2);
     let sin_r = fma(e, &rr2, &sp, &r);
-    let cos_r = poly(e, &[1.0, -0.5, 1.0 / 24.0, -1.0 / 720.0, 1.0 / 40320.0, -1.0 / 3628800.0, 1.0 / 479001600.0]);
-    let (one, two, three) = (d(e, 1.0), d(e, 2.0), d(e, 3.0));
+    let cp = poly(e, &[-0.5, 1.0 / 24.0, -1.0 / 720.0, 1.0 / 40320.0, -1.0 / 3628800.0, 1.0 / 479001600.0]);
+    let one = d(e, 1.0);
+    let cos_r = fma(e, &r2, &cp, &one);
+    let (two, three) = (d(e, 2.0), d(e, 3.0));
     let is1 = e.op(&format!("arith.cmpf oeq, {q}, {one} : f64"));
     let is2 = e.op(&format!("arith.cmpf oeq, {q}, {two} : f64"));
     let is3 = e.op(&format!("arith.cmpf oeq, {q}, {three} : f64"));

@@ -18,11 +18,15 @@ pub(crate) struct Emitter {
     /// (`"jit(f)/scope/prim"`, or a `fused<{metadata}>["..."]` location): the equation's
     /// `jax.named_scope` stack and op metadata, set while lowering an equation that has one.
     pub loc: Option<String>,
+    /// Set while a 0-d elementwise op is emitted as plain scalar code (not inside a
+    /// `linalg.generic`): math with a fast scalar libm routine then calls it (see
+    /// `approx::unary_for`).
+    pub scalar_ctx: bool,
 }
 
 impl Emitter {
     pub fn new(indent: usize) -> Emitter {
-        Emitter { text: String::new(), next: 0, indent, loc: None }
+        Emitter { text: String::new(), next: 0, indent, loc: None, scalar_ctx: false }
     }
     /// A fresh SSA name `%N` (or `%<prefix>N`).
     pub fn fresh(&mut self, prefix: &str) -> String {

@@ -25,8 +25,10 @@ impl Lowerer {
             // A 0-d result is one scalar computation: no generic, no 0-d tensor to
             // bufferize (scalar loop carries stay in registers this way).
             let scalars: Vec<String> = ins.iter().map(|v| self.scalar_of(v)).collect();
-            let y = body(&mut self.e, &scalars)?;
-            return Ok(Val::S(y, out.clone()));
+            let prev = std::mem::replace(&mut self.e.scalar_ctx, true);
+            let y = body(&mut self.e, &scalars);
+            self.e.scalar_ctx = prev;
+            return Ok(Val::S(y?, out.clone()));
         }
         let mut tins: Vec<(String, String, String)> = vec![]; // name, type, map
         for v in ins {
