@@ -3,7 +3,9 @@
 //! Rust loops computed in f64 (f32 rounding allowed for), with scalar and array carries
 //! mixed, nested loops, `while_loop` with a traced predicate, `fori_loop` with traced
 //! bounds, `scan` over 1-D `xs` (0-d slices and 0-d stacked outputs), `cond` with 0-d
-//! results, zero- and one-trip loops, and `grad` through a scalar-carry `scan`.
+//! results, zero- and one-trip loops, and `grad` through a scalar-carry `scan`. Tensor
+//! carries updated in place (`compile::inplace`): no allocation in the loop body, and the
+//! values of swapped, re-read and passed-through carries, also on the multi-threaded path.
 
 use jax::prelude::*;
 use jaxrepl_tests::central_differences;
@@ -319,5 +321,26 @@ fn swapped_and_reread_tensor_carries_keep_their_values() {
     }
     for k in 0..4 {
         close(f64s(&c)[k], cw[k], 1e-5, "scan c");
+    }
+}
+
+/// A carry large enough for the multi-threaded compile path (2^18 elements: the in-place
+/// rewrite runs there too, between its fusion and bufferization steps), beside a
+/// top-level elementwise op that path splits over threads.
+#[test]
+fn a_large_tensor_carry_on_the_parallel_path() {
+    let n = 1usize << 18;
+    let v0: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.01 - 5.0).collect();
+    let f = jit(|v: Array| -> Result<Array> {
+        let w = lax::fori_loop(0, 5, |(_i, v): (Array, Array)| (v * 0.5 + 1.0).sin(), v.clone())?;
+        Ok(w + v * 2.0)
+    });
+    let got = f64s(&f.call(Array::from_vec(v0.clone(), &[n]).unwrap()).unwrap());
+    for k in (0..n).step_by(997) {
+        let mut x = v0[k] as f64;
+        for _ in 0..5 {
+            x = (x * 0.5 + 1.0).sin();
+        }
+        close(got[k], x + 2.0 * v0[k] as f64, 1e-5, &format!("element {k}"));
     }
 }
