@@ -106,17 +106,26 @@ impl B<'_> {
     }
 }
 
+/// Elementwise generics of at least this many elements (or inside a loop body) get the
+/// inline sin/cos/tan; smaller one-shot ones call libm.
+pub(crate) const INLINE_TRIG_MIN_ELEMENTS: usize = 1 << 14;
+
 /// Emits the f32 approximation of `prim` on `x` (an f32 computing a value of dtype `d`:
-/// f32, or f16/bf16 widened), or `None` for primitives without one. sin, cos and tan keep
-/// the libm call (glibc's `sinf`/`cosf`) in two cases:
-/// - plain scalar code (`Emitter::scalar_ctx`, a 0-d op outside any `linalg.generic`):
-///   one value at a time, glibc's routine beat the inline code (bench `loops`,
-///   `fori_static_10k` with a `sin(float(i))` body: 7.2–8.7 ns per iteration with libm,
-///   9.4–10.9 inline, back to back); the inline code pays off where LLVM vectorises it;
+/// f32, or f16/bf16 widened), or `None` for primitives without one. sin, cos and tan are
+/// inline only where `Emitter::inline_trig` is set (the body of an elementwise generic in
+/// a `while`/`scan` body or of at least [`INLINE_TRIG_MIN_ELEMENTS`] elements) and the
+/// dtype is f32; elsewhere they keep the libm call (glibc's `sinf`/`cosf`):
+/// - plain scalar code (a 0-d op outside any generic): one value at a time, glibc's
+///   routine beat the inline code (bench `loops`, `fori_static_10k` with a
+///   `sin(float(i))` body: 7.2–8.7 ns per iteration with libm, 9.4–10.9 inline, back to
+///   back); the inline code pays off where LLVM vectorises it;
+/// - small one-shot generics: the inline code (its exact reduction for |x| ≥ 2^20 above
+///   all) costs compile time, measured 21 → 34–39 ms for `jit(sin(x)*2+1)` on f32[1024]
+///   (bench `compile`), worth it only when the kernel runs many elements or iterations;
 /// - f16/bf16: LLVM 22's x86 code generator turned the f64 trig code followed by the
 ///   expanded bf16 rounding into a `__truncsfbf2` libcall the JIT cannot resolve.
 pub(crate) fn unary_for(e: &mut Emitter, prim: &Primitive, x: &str, d: DType) -> Option<String> {
-    if (d != DType::F32 || e.scalar_ctx) && matches!(prim, Primitive::Sin | Primitive::Cos | Primitive::Tan) {
+    if (d != DType::F32 || !e.inline_trig) && matches!(prim, Primitive::Sin | Primitive::Cos | Primitive::Tan) {
         return None;
     }
     unary_f32(e, prim, x)

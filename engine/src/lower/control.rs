@@ -79,10 +79,16 @@ impl Lowerer {
         match p {
             Primitive::Cond { branches } => self.cond(branches, ins, &out_avals),
             Primitive::While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => {
-                self.while_(cond_jaxpr, body_jaxpr, *cond_nconsts, *body_nconsts, ins, &out_avals)
+                self.e.loop_depth += 1;
+                let r = self.while_(cond_jaxpr, body_jaxpr, *cond_nconsts, *body_nconsts, ins, &out_avals);
+                self.e.loop_depth -= 1;
+                r
             }
             Primitive::Scan { jaxpr, length, reverse, num_consts, num_carry, .. } => {
-                self.scan(jaxpr, *length, *reverse, *num_consts, *num_carry, ins, &out_avals)
+                self.e.loop_depth += 1;
+                let r = self.scan(jaxpr, *length, *reverse, *num_consts, *num_carry, ins, &out_avals);
+                self.e.loop_depth -= 1;
+                r
             }
             _ => Err(malformed(format!("`{}` is not control flow", p.name()))),
         }

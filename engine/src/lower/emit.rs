@@ -18,15 +18,17 @@ pub(crate) struct Emitter {
     /// (`"jit(f)/scope/prim"`, or a `fused<{metadata}>["..."]` location): the equation's
     /// `jax.named_scope` stack and op metadata, set while lowering an equation that has one.
     pub loc: Option<String>,
-    /// Set while a 0-d elementwise op is emitted as plain scalar code (not inside a
-    /// `linalg.generic`): math with a fast scalar libm routine then calls it (see
-    /// `approx::unary_for`).
-    pub scalar_ctx: bool,
+    /// Set while the body of an elementwise `linalg.generic` that runs often enough for
+    /// inline trigonometry to pay for its compile time is emitted (see
+    /// `approx::unary_for`); clear for plain scalar code and small one-shot generics.
+    pub inline_trig: bool,
+    /// How many `while`/`scan` bodies enclose the code being emitted.
+    pub loop_depth: usize,
 }
 
 impl Emitter {
     pub fn new(indent: usize) -> Emitter {
-        Emitter { text: String::new(), next: 0, indent, loc: None, scalar_ctx: false }
+        Emitter { text: String::new(), next: 0, indent, loc: None, inline_trig: false, loop_depth: 0 }
     }
     /// A fresh SSA name `%N` (or `%<prefix>N`).
     pub fn fresh(&mut self, prefix: &str) -> String {

@@ -18,7 +18,7 @@
 //! `jaxrepl_callback_arg_<dtype>(i64 id, i64 index, memref<*xT>)` per operand followed by
 //! `jaxrepl_callback_fire(i64 id, i64 nargs)` (see `compile::callbacks`).
 
-mod approx;
+pub(crate) mod approx;
 mod array_ops;
 mod bits;
 mod control;

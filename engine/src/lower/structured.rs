@@ -25,9 +25,9 @@ impl Lowerer {
             // A 0-d result is one scalar computation: no generic, no 0-d tensor to
             // bufferize (scalar loop carries stay in registers this way).
             let scalars: Vec<String> = ins.iter().map(|v| self.scalar_of(v)).collect();
-            let prev = std::mem::replace(&mut self.e.scalar_ctx, true);
+            let prev = std::mem::replace(&mut self.e.inline_trig, false);
             let y = body(&mut self.e, &scalars);
-            self.e.scalar_ctx = prev;
+            self.e.inline_trig = prev;
             return Ok(Val::S(y?, out.clone()));
         }
         let mut tins: Vec<(String, String, String)> = vec![]; // name, type, map
@@ -76,7 +76,11 @@ impl Lowerer {
         bbargs.push(format!("{o}: {}", out.dtype.mlir()));
         self.e.line(&format!("^bb0({}):", bbargs.join(", ")));
         self.e.push();
-        let y = body(&mut self.e, &scalars)?;
+        let inline = self.e.loop_depth > 0 || out.size() >= super::approx::INLINE_TRIG_MIN_ELEMENTS;
+        let prev = std::mem::replace(&mut self.e.inline_trig, inline);
+        let y = body(&mut self.e, &scalars);
+        self.e.inline_trig = prev;
+        let y = y?;
         self.e.line(&format!("linalg.yield {y} : {}", out.dtype.mlir()));
         self.e.pop();
         self.e.line(&format!("}} -> {ot}"));
