@@ -70,6 +70,24 @@ impl Error {
         self
     }
 
+    /// Attaches the caller's location (keeps an existing one): called from a
+    /// `#[track_caller]` chain that starts in the user's code, it is the user's line (a
+    /// REPL cell's `cell N, line L`, `trace::cells`). For errors raised before `bind`
+    /// (argument checks), which would otherwise carry no line.
+    /// A location inside the engine's own sources (a caller that is not `#[track_caller]`)
+    /// is not the user's line and is not attached.
+    #[track_caller]
+    pub fn here(self) -> Error {
+        let loc = std::panic::Location::caller();
+        if let Some(cell) = crate::trace::cells::map_location(loc) {
+            return self.at(Some(cell));
+        }
+        if engine_file(loc.file()) {
+            return self;
+        }
+        self.at(Some(crate::trace::source_info(loc)))
+    }
+
     /// The JAX exception name: `TypeError`, `TracerBoolConversionError`, ...
     pub fn ename(&self) -> &'static str {
         match self.kind {
@@ -95,6 +113,15 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Whether `file` (a `Location`'s file) is one of the engine's own sources: it lies in the
+/// directory of this file (`file!()` is `engine/src/error.rs` in our workspace, absolute
+/// when the engine is a path dependency, as in the REPL).
+fn engine_file(file: &str) -> bool {
+    let here = file!();
+    let dir = here.strip_suffix("error.rs").unwrap_or(here);
+    file.starts_with(dir)
+}
 
 /// `Result` with `jax::Error`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

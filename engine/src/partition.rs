@@ -338,7 +338,10 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         let in_avals: Vec<&ShapedArray> = e.inputs.iter().map(|a| a.aval()).collect();
         let in_prop: Vec<Dims> = e.inputs.iter().map(|a| prop_of(&prop, a)).collect();
         let out_avals: Vec<ShapedArray> = e.outputs.iter().map(|v| v.aval.clone()).collect();
-        let out_prop = crate::sharding_rules::eqn_rule(&e.primitive, mesh, &in_avals, &in_prop, &out_avals)?;
+        // A sharding type error is raised here, after tracing: it names the equation's line
+        // (a REPL cell's, also for a function defined in an earlier cell).
+        let out_prop =
+            crate::sharding_rules::eqn_rule(&e.primitive, mesh, &in_avals, &in_prop, &out_avals).map_err(|err| err.at(e.source.clone()))?;
         for (v, d) in e.outputs.iter().zip(&out_prop) {
             prop.insert(v.id, d.clone());
         }

@@ -152,3 +152,96 @@ fn ones_and_zeros_default_to_float32_like_jax() {
     let f = jit(|x: Array| x + jnp::ones(&[3], None));
     assert_eq!(f.call(&jnp::arange(3.0)).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
 }
+
+/// The line of this file holding `marker` (1-based).
+fn line_of(marker: &str) -> u32 {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/frontend_fixes.rs")).unwrap();
+    let hits: Vec<usize> = src.lines().enumerate().filter(|(_, l)| l.contains(marker) && !l.contains("line_of(") && !l.contains("located_at(")).map(|(i, _)| i + 1).collect();
+    assert_eq!(hits.len(), 1, "marker {marker:?} on lines {hits:?}");
+    hits[0] as u32
+}
+
+fn located_at(e: &Error, marker: &str) {
+    let loc = e.location.as_ref().unwrap_or_else(|| panic!("no location: {e}"));
+    assert!(loc.file.ends_with("frontend_fixes.rs"), "{loc:?}");
+    assert_eq!(loc.line, line_of(marker), "{e}");
+}
+
+#[test]
+fn argument_checks_before_bind_carry_the_users_line() {
+    // An axis out of range is found before the primitive is bound: the error still names
+    // the line, through the method (which cannot return Result) and through jnp's `?`.
+    let f = jit(|x: Array| x.sum_axes(&[1])); // axis-method
+    let e = f.call(jnp::arange(3.0)).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: sum: axis 1 is out of bounds for array of dimension 1");
+    located_at(&e, "// axis-method");
+    let g = jit(|x: Array| -> Result<Array> {
+        let y = jnp::sum(&x, Some(&[-2]))?; // axis-fn
+        Ok(y)
+    });
+    let e = g.call(jnp::arange(3.0)).unwrap_err();
+    assert_eq!(e.message, "sum: axis -2 is out of bounds for array of dimension 1");
+    located_at(&e, "// axis-fn");
+    // Eagerly, jnp's Result carries it too.
+    let e = jnp::max(&jnp::arange(3.0), Some(&[3])).unwrap_err(); // axis-eager
+    located_at(&e, "// axis-eager");
+    // The function still works on valid input: the sum of rows of [[0,1,2],[3,4,5]].
+    let ok = f.call(jnp::reshape(&jnp::arange(6.0), &[2, 3]).unwrap()).unwrap();
+    assert_eq!(ok.to_vec::<f32>().unwrap(), vec![3.0, 12.0]);
+}
+
+#[test]
+fn tracer_bool_conversion_names_the_conversions_line_and_the_function() {
+    let h = jit(|x: Array| -> Result<Array> {
+        let y = x.sin();
+        if y.sum().gt(0.0).to_bool()? { Ok(y) } else { Ok(x) } // the bool conversion
+    });
+    let e = h.call(&jnp::arange(3.0)).unwrap_err();
+    assert_eq!(e.ename(), "TracerBoolConversionError");
+    located_at(&e, "// the bool conversion");
+    // The message keeps JAX's "while tracing the function <lambda> at LINE".
+    assert!(e.message.contains("The error occurred while tracing the function <lambda> at "), "{e}");
+    let fn_line = line_of("let h = jit(|x: Array| -> Result<Array> {");
+    assert!(e.message.contains(&format!("frontend_fixes.rs:{fn_line}")), "{e}");
+    // item() and to_vec() of a tracer: ConcretizationTypeError at their own lines.
+    let k = jit(|x: Array| -> Result<Array> {
+        let _v: f32 = x.sum().item()?; // item of a tracer
+        Ok(x)
+    });
+    let e = k.call(&jnp::arange(3.0)).unwrap_err();
+    assert_eq!(e.ename(), "ConcretizationTypeError");
+    located_at(&e, "// item of a tracer");
+    let k2 = jit(|x: Array| -> Result<Array> {
+        let _v = x.to_vec::<f32>()?; // to_vec of a tracer
+        Ok(x)
+    });
+    let e = k2.call(&jnp::arange(3.0)).unwrap_err();
+    located_at(&e, "// to_vec of a tracer");
+}
+
+#[test]
+fn matmul_shape_mismatch_reads_like_jaxs_dot_general_error() {
+    const JAX: &str = "TypeError: dot_general requires contracting dimensions to have the same shape, got (4,) and (5,).";
+    let a = jnp::ones(&[3, 4], None);
+    let b = jnp::ones(&[5, 6], None);
+    let e = jnp::matmul(&a, &b).unwrap_err(); // eager matmul
+    assert_eq!(e.to_string(), JAX);
+    located_at(&e, "// eager matmul");
+    let e = jnp::dot(&jnp::ones(&[4], None), &jnp::ones(&[5], None)).unwrap_err();
+    assert_eq!(e.to_string(), JAX);
+    let m = jit(|(a, b): (Array, Array)| a.matmul(&b)); // jitted matmul
+    let e = m.call((&a, &b)).unwrap_err();
+    assert_eq!(e.to_string(), JAX);
+    located_at(&e, "// jitted matmul");
+    // lax.dot_general itself: the same texts as JAX's shape rule, batch dims first.
+    let e = lax::dot_general(&a, &b, (&[1], &[0]), (&[], &[]), None).unwrap_err();
+    assert_eq!(e.to_string(), JAX);
+    let e = lax::dot_general(&jnp::ones(&[2, 3, 4], None), &jnp::ones(&[3, 4, 5], None), (&[2], &[1]), (&[0], &[0]), None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "TypeError: dot_general requires lhs batch dimensions and rhs batch dimensions to have the same shape, got (2,) and (3,)."
+    );
+    // Matching shapes still multiply: ones(3,4) @ ones(4,2) is all 4s.
+    let ok = jnp::matmul(&a, &jnp::ones(&[4, 2], None)).unwrap();
+    assert_eq!(ok.to_vec::<f32>().unwrap(), vec![4.0; 6]);
+}

@@ -101,9 +101,11 @@ fn dot_general_shardings_and_errors() {
     assert_eq!(typeof_(&z).to_string(), "float32[8@X,16]");
     close(&z, &jnp::dot(&ha, &Array::from_vec(arange(256), &[16, 16]).unwrap()).unwrap());
     // Under jit the error is raised at the call, at the user's line.
-    let f = jit(|(p, q): (Array, Array)| p.dot(&q));
+    let f = jit(|(p, q): (Array, Array)| p.dot(&q)); let dot_line = line!();
     let e = f.call((&x1, &y1)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::ShardingType);
+    let loc = e.location.as_ref().expect("the line of p.dot(&q)");
+    assert!(loc.file.ends_with("sharding_propagation.rs") && loc.line == dot_line, "{loc:?}");
     assert!(e.message.starts_with("Contracting dimensions are sharded and it is ambiguous"), "{e}");
     // Contracting dims sharded differently.
     let y2 = put(&Array::from_vec(arange(256), &[16, 16]).unwrap(), &mesh, P!("Y", None));
@@ -121,12 +123,14 @@ fn illegal_and_incompatible_shardings_are_errors() {
     let h = Array::from_vec((0..16).collect::<Vec<i32>>(), &[4, 4]).unwrap();
     let x = put(&h, &mesh, P!("X", None));
     let y = put(&h, &mesh, P!(None, "X"));
-    let f = jit(|(p, q): (Array, Array)| &p + &q);
+    let f = jit(|(p, q): (Array, Array)| &p + &q); let add_line = line!();
     let e = f.call((&x, &y)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "ShardingTypeError: add operation with inputs: i32[4@X,4], i32[4,4@X] produces an illegally sharded result: i32[4@X,4@X]"
     );
+    // Raised after tracing (by the partitioner), it still names the line of the `+`.
+    assert_eq!(e.location.as_ref().map(|l| l.line), Some(add_line), "{:?}", e.location);
     // The same two arrays laid out one way first give the single-device result.
     let y_again = reshard(&y, NamedSharding::new(&mesh, P!("X", None)).unwrap()).unwrap();
     let ok = f.call((&x, &y_again)).unwrap();

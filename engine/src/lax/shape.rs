@@ -149,12 +149,26 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
                 return Err(err(p, "contracting and batch dimension lists must pair up".into()));
             }
             for (&a, &b) in lhs_contracting.iter().zip(rhs_contracting).chain(lhs_batch.iter().zip(rhs_batch)) {
-                if a >= l.ndim() || b >= r.ndim() || l.shape[a] != r.shape[b] {
+                if a >= l.ndim() || b >= r.ndim() {
                     return Err(err(p, format!(
-                        "contracting or batch dimensions must have equal sizes: lhs {} dim {a}, rhs {} dim {b}",
+                        "dimension numbers out of range for operands {} and {}: lhs dim {a}, rhs dim {b}",
                         l.short(), r.short()
                     )));
                 }
+            }
+            // JAX's texts (lax.dot_general's shape rule).
+            let sizes = |a: &ShapedArray, dims: &[usize]| super::py_shape(&dims.iter().map(|&d| a.shape[d]).collect::<Vec<_>>());
+            let (lb, rb) = (sizes(l, lhs_batch), sizes(r, rhs_batch));
+            if lb != rb {
+                return Err(Error::type_error(format!(
+                    "dot_general requires lhs batch dimensions and rhs batch dimensions to have the same shape, got {lb} and {rb}."
+                )));
+            }
+            let (lc, rc) = (sizes(l, lhs_contracting), sizes(r, rhs_contracting));
+            if lc != rc {
+                return Err(Error::type_error(format!(
+                    "dot_general requires contracting dimensions to have the same shape, got {lc} and {rc}."
+                )));
             }
             let mut shape: Vec<usize> = lhs_batch.iter().map(|&i| l.shape[i]).collect();
             shape.extend((0..l.ndim()).filter(|i| !lhs_contracting.contains(i) && !lhs_batch.contains(i)).map(|i| l.shape[i]));

@@ -9,6 +9,7 @@ use crate::lax::{self, literal, py_shape};
 use crate::trace::array::canonicalize_dtype;
 use crate::trace::{Array, Operand};
 
+#[track_caller]
 fn axis1(op: &str, axis: isize, ndim: usize) -> Result<usize> {
     Ok(norm_axes(op, Some(&[axis]), ndim)?[0])
 }

@@ -243,6 +243,7 @@ pub fn where_(cond: &Array, x: &Array, y: &Array) -> Result<Array> {
     lax::select_n(&lax::broadcast_to(&c, &shape)?, &[fix(y)?, fix(x)?])
 }
 
+#[track_caller]
 fn norm_axes(op: &str, axes: Option<&[isize]>, ndim: usize) -> Result<Vec<usize>> {
     match axes {
         None => Ok((0..ndim).collect()),
@@ -253,7 +254,8 @@ fn norm_axes(op: &str, axes: Option<&[isize]>, ndim: usize) -> Result<Vec<usize>
                 if n < 0 || n as usize >= ndim {
                     return Err(Error::value_error(format!(
                         "{op}: axis {ax} is out of bounds for array of dimension {ndim}"
-                    )));
+                    ))
+                    .here());
                 }
                 out.push(n as usize);
             }
@@ -335,19 +337,18 @@ pub fn matmul_with(a: &Array, b: &Array, precision: impl crate::ir::IntoPrecisio
     let precision = precision.into_precision()?;
     let (na, nb) = (a.ndim(), b.ndim());
     if na == 0 || nb == 0 {
-        return Err(Error::value_error("matmul: operands must not be 0-d (use * for scalars)"));
+        return Err(Error::value_error("matmul: operands must not be 0-d (use * for scalars)").here());
     }
     let (sa, sb) = (a.shape(), b.shape());
     let ka = na - 1;
     let kb = if nb == 1 { 0 } else { nb - 2 };
     if sa[ka] != sb[kb] {
+        // JAX's text (`jnp.matmul` raises lax.dot_general's error), at the caller's line.
         return Err(Error::type_error(format!(
-            "matmul: contracting dimensions differ: {} @ {} ({} vs {})",
-            lax::py_shape(&sa),
-            lax::py_shape(&sb),
-            sa[ka],
-            sb[kb]
-        )));
+            "dot_general requires contracting dimensions to have the same shape, got ({},) and ({},).",
+            sa[ka], sb[kb]
+        ))
+        .here());
     }
     if na <= 2 && nb <= 2 {
         return lax::dot_general_with(a, b, (&[ka], &[kb]), (&[], &[]), precision, None);
@@ -357,7 +358,8 @@ pub fn matmul_with(a: &Array, b: &Array, precision: impl crate::ir::IntoPrecisio
             "matmul: batch dimensions must be equal, got {} @ {}",
             lax::py_shape(&sa),
             lax::py_shape(&sb)
-        )));
+        ))
+        .here());
     }
     let batch: Vec<usize> = (0..na - 2).collect();
     lax::dot_general_with(a, b, (&[ka], &[kb]), (&batch, &batch), precision, None)

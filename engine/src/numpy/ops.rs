@@ -17,9 +17,11 @@ use crate::trace::{record_error, Array, Operand};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 /// Turns an operator's error into a recorded trace error (returning a placeholder of
-/// `aval`) or, outside a trace, a panic carrying the message.
+/// `aval`) or, outside a trace, a panic carrying the message. The error gets the caller's
+/// line when it has none (argument checks before `bind`, such as an axis out of range).
 #[track_caller]
 pub fn fail(e: Error, aval: ShapedArray) -> Array {
+    let e = e.here();
     match record_error(e.clone(), aval) {
         Some(a) => a,
         None => panic!("{e}"),

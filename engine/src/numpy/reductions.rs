@@ -12,6 +12,7 @@ use crate::lax::{self, literal};
 use crate::trace::array::canonicalize_dtype;
 use crate::trace::{Array, Operand};
 
+#[track_caller]
 fn one_axis(op: &str, axis: isize, ndim: usize) -> Result<usize> {
     Ok(norm_axes(op, Some(&[axis]), ndim)?[0])
 }

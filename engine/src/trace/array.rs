@@ -220,13 +220,19 @@ impl Array {
     }
 
     /// The values as `T` (converted from the array's dtype as numpy's `astype` would).
+    /// Errors: `ConcretizationTypeError` for a tracer, with the caller's line.
+    #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if let Repr::Tracer(t) = &self.0 {
+            return Err(concretization_error(t, "the array's values").here());
+        }
         let b = self.buffer()?;
         let _span = crate::profiler::span("transfer", || format!("device_get {}", b.aval().short()));
         Ok(b.to_f64_vec().into_iter().map(T::from_f64).collect())
     }
 
     /// The values as an `ndarray` array of the same shape.
+    #[track_caller]
     pub fn to_ndarray<T: Element>(&self) -> Result<ndarray::ArrayD<T>> {
         let v = self.to_vec::<T>()?;
         ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&self.shape()), v).map_err(|e| Error::value_error(e.to_string()))
@@ -234,9 +240,10 @@ impl Array {
 
     /// The single value of a size-1 array. Errors for other sizes and for tracers
     /// (`ConcretizationTypeError`).
+    #[track_caller]
     pub fn item<T: Element>(&self) -> Result<T> {
         if let Repr::Tracer(t) = &self.0 {
-            return Err(concretization_error(t, "a concrete value"));
+            return Err(concretization_error(t, "a concrete value").here());
         }
         if self.size() != 1 && T::DTYPE == DType::Bool {
             return Err(Error::value_error(
@@ -253,7 +260,10 @@ impl Array {
     }
 
     /// The truth value of a size-1 array (Rust's analogue of Python's `bool(x)`).
-    /// Errors: `TracerBoolConversionError` inside `jit` (use `lax::cond` or `jnp::where_`).
+    /// Errors: `TracerBoolConversionError` inside `jit` (use `lax::cond` or `jnp::where_`),
+    /// located at the caller's line (the `if`), its message naming the traced function and
+    /// where it was defined, as JAX's does.
+    #[track_caller]
     pub fn to_bool(&self) -> Result<bool> {
         if let Repr::Tracer(t) = &self.0 {
             let (name, args) = tracer_provenance(t).unwrap_or_default();
@@ -268,7 +278,8 @@ impl Array {
                     traced_function(&name),
                     depends_on(&args)
                 ),
-            ));
+            )
+            .here());
         }
         self.item::<bool>()
     }
