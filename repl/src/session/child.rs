@@ -19,6 +19,12 @@ pub const BUILD_ENV_DEFAULTS: &[(&str, &str)] = &[
     ("MLIR_SYS_LINK_SHARED", "1"),
 ];
 
+/// Cargo's `term.quiet` setting as an environment variable: set for evcxr's builds (see
+/// [`create_context`]) unless the user set it.
+const CARGO_QUIET: &str = "CARGO_TERM_QUIET";
+/// Whether we set [`CARGO_QUIET`] (the user had not).
+static QUIETED: AtomicBool = AtomicBool::new(false);
+
 /// Serializes context creation within this process: `EVCXR_TMPDIR` is read from the process
 /// environment when a context is created, so two sessions starting at once must not
 /// interleave setting it and reading it.
@@ -107,6 +113,16 @@ pub fn create_context(slot: &Slot, work_dir: Option<&std::path::Path>) -> Result
     }
     // SAFETY: as above. evcxr reads this variable while creating the context, below.
     unsafe { std::env::set_var("EVCXR_TMPDIR", slot.dir()) };
+    // evcxr copies cargo's `Compiling <crate>` lines (the engine's `:dep` in a fresh slot,
+    // any `:dep` of the user) to our stderr, where they land between a cell's outputs.
+    // Quiet cargo prints none; its errors still reach evcxr (and so the cell's error), and
+    // a long build shows as the session's progress line instead.
+    if std::env::var_os(CARGO_QUIET).is_none() {
+        // SAFETY: as above.
+        unsafe { std::env::set_var(CARGO_QUIET, "true") };
+        QUIETED.store(true, Ordering::SeqCst);
+    }
+    let quieted = QUIETED.load(Ordering::SeqCst);
     let exe = std::env::current_exe().map_err(|e| anyhow!("cannot find our own executable: {e}"))?;
     let mut command = std::process::Command::new(exe);
     // The child gets its own process group, so a Ctrl-C typed in the terminal reaches only
@@ -116,6 +132,10 @@ pub fn create_context(slot: &Slot, work_dir: Option<&std::path::Path>) -> Result
         command.current_dir(dir);
     }
     command.env("LD_LIBRARY_PATH", child_library_path());
+    if quieted {
+        // Cargo run by the user's own cells (std::process::Command) talks as usual.
+        command.env_remove(CARGO_QUIET);
+    }
     // The engine's input channel (debug::breakpoint!), answered by the session (input.rs).
     if let Some(fifo) = super::input::make_fifo(slot.dir()) {
         command.env("JAXREPL_INPUT_FIFO", fifo);

@@ -30,7 +30,34 @@ pub const PRELUDE_NAMES: &[&str] = &[
 ///
 /// `Incomplete` carries the indent (four spaces per open bracket) for the next line.
 pub fn is_complete(code: &str) -> Completeness {
-    let mut stack: Vec<char> = Vec::new();
+    match scan_brackets(code) {
+        Brackets::Balanced => Completeness::Complete,
+        Brackets::Unclosed(open) => Completeness::Incomplete(indent(open.len())),
+        // Inside a string the next line's indent would become part of the string.
+        Brackets::Unterminated { what: "block comment", depth, .. } => Completeness::Incomplete(indent(depth)),
+        Brackets::Unterminated { .. } => Completeness::Incomplete(String::new()),
+        Brackets::Mismatched { .. } => Completeness::Invalid,
+    }
+}
+
+/// What [`scan_brackets`] found. Offsets are byte offsets into the scanned text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Brackets {
+    /// Every `(` `[` `{`, string and block comment is closed.
+    Balanced,
+    /// Brackets left open at the end: each one and its offset, outermost first.
+    Unclosed(Vec<(char, usize)>),
+    /// A string (`"`) or block comment (`/*`) that starts at `at` never ends; `depth`
+    /// brackets were open there.
+    Unterminated { what: &'static str, at: usize, depth: usize },
+    /// A closer at `at` (`found`) that closes nothing, or the wrong bracket: `open` is the
+    /// bracket it meets and that bracket's offset.
+    Mismatched { found: char, at: usize, open: Option<(char, usize)> },
+}
+
+/// Scans `code` for its brackets, strings and comments (see [`Brackets`]).
+pub fn scan_brackets(code: &str) -> Brackets {
+    let mut stack: Vec<(char, usize)> = Vec::new();
     let b = code.as_bytes();
     let n = b.len();
     let mut i = 0;
@@ -44,6 +71,7 @@ pub fn is_complete(code: &str) -> Completeness {
                 }
             }
             b'/' if i + 1 < n && b[i + 1] == b'*' => {
+                let start = i;
                 let mut depth = 1;
                 i += 2;
                 while i < n && depth > 0 {
@@ -58,7 +86,7 @@ pub fn is_complete(code: &str) -> Completeness {
                     }
                 }
                 if depth > 0 {
-                    return Completeness::Incomplete(indent(stack.len()));
+                    return Brackets::Unterminated { what: "block comment", at: start, depth: stack.len() };
                 }
                 continue;
             }
@@ -67,7 +95,7 @@ pub fn is_complete(code: &str) -> Completeness {
                     i = end;
                     continue;
                 }
-                None => return Completeness::Incomplete(String::new()),
+                None => return Brackets::Unterminated { what: "string", at: i, depth: stack.len() },
             },
             b'r' | b'b' | b'c' if starts_raw_string(b, i) => {
                 let mut j = i + 1;
@@ -94,7 +122,7 @@ pub fn is_complete(code: &str) -> Completeness {
                         i = end;
                         continue;
                     }
-                    None => return Completeness::Incomplete(String::new()),
+                    None => return Brackets::Unterminated { what: "raw string", at: i, depth: stack.len() },
                 }
             }
             b'\'' => {
@@ -104,15 +132,16 @@ pub fn is_complete(code: &str) -> Completeness {
                     continue;
                 }
             }
-            b'(' | b'[' | b'{' => stack.push(c as char),
+            b'(' | b'[' | b'{' => stack.push((c as char, i)),
             b')' | b']' | b'}' => {
                 let want = match c {
                     b')' => '(',
                     b']' => '[',
                     _ => '{',
                 };
-                if stack.pop() != Some(want) {
-                    return Completeness::Invalid;
+                let open = stack.pop();
+                if open.map(|(o, _)| o) != Some(want) {
+                    return Brackets::Mismatched { found: c as char, at: i, open };
                 }
             }
             _ if c.is_ascii_alphanumeric() || c == b'_' => {
@@ -128,11 +157,7 @@ pub fn is_complete(code: &str) -> Completeness {
         }
         i += 1;
     }
-    if stack.is_empty() {
-        Completeness::Complete
-    } else {
-        Completeness::Incomplete(indent(stack.len()))
-    }
+    if stack.is_empty() { Brackets::Balanced } else { Brackets::Unclosed(stack) }
 }
 
 fn indent(depth: usize) -> String {

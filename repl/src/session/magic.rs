@@ -170,6 +170,9 @@ pub fn rewrite_mapped(cell: &str) -> (Rewrite, Option<MagicColumns>) {
             let chars = |s: &str| s.chars().count();
             let body_offset = body.as_ptr() as usize - cell.as_ptr() as usize;
             let body_offset = if body.is_empty() { start + indent } else { body_offset };
+            if let Some(msg) = unbalanced_argument(spec, cell, start + indent, body_offset, body) {
+                return (Rewrite::Error(msg), None);
+            }
             let columns = MagicColumns {
                 line,
                 percent: chars(&cell[start..start + indent]),
@@ -180,6 +183,77 @@ pub fn rewrite_mapped(cell: &str) -> (Rewrite, Option<MagicColumns>) {
         }
         Err(msg) => (Rewrite::Error(msg), None),
     }
+}
+
+/// The error for a magic argument whose brackets, strings or comments do not balance
+/// (`%jaxpr f.call(x`), shown on the user's own line and column with a fix, rather than
+/// rustc's error about the generated closure; `None` when the argument balances.
+/// `magic_at` and `body_at` are the byte offsets in `cell` of the `%` and of `body`.
+fn unbalanced_argument(spec: &MagicSpec, cell: &str, magic_at: usize, body_at: usize, body: &str) -> Option<String> {
+    use super::complete::{Brackets, scan_brackets};
+    let found = scan_brackets(body);
+    if found == Brackets::Balanced {
+        return None;
+    }
+    // Line (1-based) and column (1-based, characters) of a cell offset, and the line's text.
+    let place = |at: usize| {
+        let line_start = cell[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = cell[at..].find('\n').map_or(cell.len(), |i| at + i);
+        let line = cell[..at].matches('\n').count() + 1;
+        (line, cell[line_start..at].chars().count() + 1, &cell[line_start..line_end])
+    };
+    let show = |at: usize, label: &str| {
+        let (line, column, text) = place(at);
+        let num = line.to_string();
+        let pad = " ".repeat(num.len());
+        format!("{pad}--> cell:{line}:{column}\n{pad} |\n{num} | {text}\n{pad} | {}^ {label}", " ".repeat(column - 1))
+    };
+    let name = spec.name;
+    let magic_line_end = cell[magic_at..].find('\n').map_or(cell.len(), |i| magic_at + i);
+    let (head, fix) = match found {
+        Brackets::Balanced => return None,
+        Brackets::Unclosed(open) => {
+            let (c, at) = *open.last()?;
+            let (line, column, _) = place(body_at + at);
+            let closers: String = open.iter().rev().map(|(o, _)| match o {
+                '(' => ')',
+                '[' => ']',
+                _ => '}',
+            }).collect();
+            let fix = if body.contains('\n') {
+                format!("add `{closers}` at the end of the expression")
+            } else {
+                format!("`{}{closers}`", cell[magic_at..magic_line_end].trim_end().trim_end_matches(';'))
+            };
+            (
+                format!("%{name}'s expression is not complete: the `{c}` at line {line}, column {column} is never closed\n{}", show(body_at + at, &format!("unclosed `{c}`"))),
+                fix,
+            )
+        }
+        Brackets::Unterminated { what, at, .. } => {
+            let (line, column, _) = place(body_at + at);
+            let close = if what == "block comment" { "`*/`" } else { "its closing quote" };
+            (
+                format!("%{name}'s expression is not complete: the {what} at line {line}, column {column} never ends\n{}", show(body_at + at, &format!("unterminated {what}"))),
+                format!("end the {what} with {close}"),
+            )
+        }
+        Brackets::Mismatched { found, at, open } => {
+            let (line, column, _) = place(body_at + at);
+            let (head, fix) = match open {
+                None => (format!("the `{found}` at line {line}, column {column} closes nothing"), format!("remove that `{found}`, or open it earlier")),
+                Some((o, oat)) => {
+                    let (ol, oc, _) = place(body_at + oat);
+                    (
+                        format!("the `{found}` at line {line}, column {column} does not match the `{o}` at line {ol}, column {oc}"),
+                        format!("make the brackets pair up (`{o}` closes with `{}`)", match o { '(' => ')', '[' => ']', _ => '}' }),
+                    )
+                }
+            };
+            (format!("%{name}'s expression has mismatched brackets: {head}\n{}", show(body_at + at, &format!("unexpected `{found}`"))), fix)
+        }
+    };
+    Some(format!("{head}\nfix: {fix}"))
 }
 
 /// The byte offset of the line holding the cell's magic, if any: the first non-blank line
@@ -407,6 +481,32 @@ mod tests {
         assert_eq!(e, "%explain takes no argument (got `now`)");
         let Rewrite::Error(e) = rewrite("% ") else { panic!() };
         assert!(e.starts_with("unknown magic `%`"), "{e}");
+    }
+
+    #[test]
+    fn unbalanced_arguments_are_shown_on_the_users_line_with_a_fix() {
+        let Rewrite::Error(e) = rewrite("let x = 1;\n%jaxpr f.call(x") else { panic!() };
+        assert_eq!(
+            e,
+            "%jaxpr's expression is not complete: the `(` at line 2, column 14 is never closed\n \
+             --> cell:2:14\n  |\n2 | %jaxpr f.call(x\n  |              ^ unclosed `(`\nfix: `%jaxpr f.call(x)`"
+        );
+        // Nested: every bracket still open, innermost first.
+        let Rewrite::Error(e) = rewrite("%time g.call((&x, &y)") else { panic!() };
+        assert!(e.ends_with("fix: `%time g.call((&x, &y))`"), "{e}");
+        let Rewrite::Error(e) = rewrite("%timeit f.call(vec![x") else { panic!() };
+        assert!(e.contains("the `[` at line 1, column 20 is never closed"), "{e}");
+        assert!(e.ends_with("fix: `%timeit f.call(vec![x])`"), "{e}");
+        let Rewrite::Error(e) = rewrite("%jaxpr f.call(x))") else { panic!() };
+        assert!(e.starts_with("%jaxpr's expression has mismatched brackets: the `)` at line 1, column 17 closes nothing"), "{e}");
+        let Rewrite::Error(e) = rewrite("%sharding ys[0)") else { panic!() };
+        assert!(e.contains("the `)` at line 1, column 15 does not match the `[` at line 1, column 13"), "{e}");
+        let Rewrite::Error(e) = rewrite("%time println!(\"hi)") else { panic!() };
+        assert!(e.contains("the string at line 1, column 16 never ends"), "{e}");
+        // Multi-line arguments that balance are untouched; unbalanced ones name the line.
+        assert_eq!(code("%time {\n  f.call(&x)\n}"), "jax::magic::time(|| {\n  f.call(&x)\n})");
+        let Rewrite::Error(e) = rewrite("%time {\n  f.call(&x\n}") else { panic!() };
+        assert!(e.contains("the `}` at line 3, column 1 does not match the `(` at line 2, column 9"), "{e}");
     }
 
     #[test]
