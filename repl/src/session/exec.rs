@@ -2,6 +2,7 @@
 //! streams output and watches for interrupts, child-death recovery, and the
 //! completion/inspection helpers.
 
+use super::bindings;
 use super::child::{self, Ctx, Shared};
 use super::complete::{KEYWORDS, PRELUDE_NAMES, clamp_to_boundary, word_at, word_before};
 use super::magic::{self, MAGICS, Rewrite};
@@ -197,6 +198,16 @@ impl Session {
     ) -> ExecStatus {
         self.cells_run += 1;
         let cell_number = self.cells_run;
+        // Whether the cell wrote to stderr (where evcxr prints the error of a `?` that
+        // stopped the cell).
+        let saw_stderr = std::cell::Cell::new(false);
+        let mut watched = |o: Output| {
+            if matches!(o, Output::Stderr(_)) {
+                saw_stderr.set(true);
+            }
+            sink(o)
+        };
+        let sink: &mut dyn FnMut(Output) = &mut watched;
         let State::Ready(ctx) = &mut self.state else {
             return ExecStatus::Error;
         };
@@ -284,7 +295,28 @@ impl Session {
         let generated = ctx.cmd.last_source().ok();
         let status = match result {
             Ok(Ok(outputs)) => {
-                let (display, errors) = render::split_outputs(outputs.content_by_mime_type, rewritten, generated.as_deref());
+                let panicked = outputs.content_by_mime_type.contains_key(render::PANIC_MIME);
+                let (display, mut errors) = render::split_outputs(outputs.content_by_mime_type, rewritten, generated.as_deref());
+                // A cell that stopped early (a panic, or `?` on an `Err`, which evcxr prints
+                // on stderr) keeps none of the variables it bound: say which.
+                self.refresh_vars();
+                if panicked || saw_stderr.get() {
+                    let bound = bindings::cell_bindings(rewritten);
+                    let has = |vars: &[(String, String)], n: &str| vars.iter().any(|(v, _)| v == n);
+                    let (lost, stale): (Vec<_>, Vec<_>) =
+                        bound.into_iter().filter(|b| !has(&self.vars, &b.name) || has(&vars_before, &b.name)).partition(|b| !has(&self.vars, &b.name));
+                    // Names also bound before are certainly stale only when the cell failed.
+                    let stale = if panicked || !lost.is_empty() { stale } else { Vec::new() };
+                    if let Some(note) = bindings::not_kept_note(&lost, &stale) {
+                        match errors.last_mut() {
+                            Some(Output::Error { traceback, .. }) => {
+                                traceback.push(String::new());
+                                traceback.push(note);
+                            }
+                            _ => errors.push(render::simple_error("VariablesNotKept", note)),
+                        }
+                    }
+                }
                 let had_errors = !errors.is_empty();
                 for e in errors {
                     sink(e);

@@ -13,6 +13,7 @@
 //! - interrupts a cell on request ([`InterruptHandle`]): SIGUSR2 first, then after 2 s a
 //!   restart of the child, telling which variables were lost.
 
+mod bindings;
 mod child;
 mod complete;
 mod exec;

@@ -1,0 +1,128 @@
+//! The variables a cell binds with its own top-level `let` statements, and the note shown
+//! when a failing cell does not keep them.
+//!
+//! evcxr compiles a cell into one function and stores the cell's new variables at its
+//! end: a cell that stops early (a panic, or `?` on an `Err`) keeps none of them, unlike
+//! Python, where every statement that ran has bound its names. The session cannot store
+//! them one by one (evcxr decides, per cell, which variables exist and of which type), so
+//! it says which were not kept and how to keep them.
+
+use ra_ap_syntax::ast::{self, AstNode, HasName};
+use ra_ap_syntax::{Edition, SourceFile};
+
+/// One name bound by a top-level `let` of a cell, with the statement's line (1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The variable's name (`x` of `let (x, mut y) = ..`).
+    pub name: String,
+    /// The line of the cell where its `let` statement starts.
+    pub line: usize,
+}
+
+/// The names the cell's top-level `let` statements bind, in order, as evcxr parses a cell
+/// (its statements inside a function body). `_` and names inside nested blocks are not
+/// bindings of the cell; an unparsable tail binds nothing.
+pub fn cell_bindings(code: &str) -> Vec<Binding> {
+    const PRELUDE: &str = "fn f(){";
+    let parsed = SourceFile::parse(&format!("{PRELUDE}{code}\n}}"), Edition::CURRENT);
+    let Some(list) = parsed
+        .tree()
+        .syntax()
+        .children()
+        .find_map(ast::Fn::cast)
+        .and_then(|f| f.body())
+        .and_then(|b| b.stmt_list())
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<Binding> = Vec::new();
+    for stmt in list.statements() {
+        let ast::Stmt::LetStmt(stmt) = stmt else { continue };
+        let Some(pat) = stmt.pat() else { continue };
+        let start = usize::from(stmt.syntax().text_range().start()).saturating_sub(PRELUDE.len()).min(code.len());
+        let line = code[..start].matches('\n').count() + 1;
+        for ident in pat.syntax().descendants().filter_map(ast::IdentPat::cast) {
+            let Some(name) = ident.name() else { continue };
+            let name = name.text().to_string();
+            if name != "_" {
+                // A later `let` of the same name shadows the earlier: keep the last line.
+                out.retain(|b| b.name != name);
+                out.push(Binding { name, line });
+            }
+        }
+    }
+    out
+}
+
+/// The note for a cell that failed part-way: which of its own variables were not kept
+/// (`lost`: bound by the cell, absent now) and which keep the value they had before the
+/// cell (`stale`: bound by the cell, but defined by an earlier cell too), why, and the
+/// fix. `None` when both are empty.
+pub fn not_kept_note(lost: &[Binding], stale: &[Binding]) -> Option<String> {
+    if lost.is_empty() && stale.is_empty() {
+        return None;
+    }
+    let names = |bs: &[Binding]| bs.iter().map(|b| format!("`{}` (line {})", b.name, b.line)).collect::<Vec<_>>().join(", ");
+    let mut text = String::new();
+    if !lost.is_empty() {
+        let (s, were) = if lost.len() == 1 { ("", "was") } else { ("s", "were") };
+        text.push_str(&format!("This cell's variable{s} {} {were} not kept", names(lost)));
+    }
+    if !stale.is_empty() {
+        let (s, keep) = if stale.len() == 1 { ("", "keeps its") } else { ("s", "keep their") };
+        if text.is_empty() {
+            text.push_str(&format!("This cell's variable{s} {} {keep} value from before the cell", names(stale)));
+        } else {
+            text.push_str(&format!("; {} {keep} value from before the cell", names(stale)));
+        }
+    }
+    text.push_str(
+        ": the cell stopped early, and a cell's variables are stored only when the whole cell \
+         succeeds (each cell is compiled as one function). Fix: put the failing statement in \
+         its own cell, so the statements before it keep what they bound; then run it again.",
+    );
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(code: &str) -> Vec<(String, usize)> {
+        cell_bindings(code).into_iter().map(|b| (b.name, b.line)).collect()
+    }
+
+    #[test]
+    fn top_level_lets_and_their_lines() {
+        let code = "let keep1 = 1;\nlet mut keep2 = jnp::arange(2.0);\nlet (a, (b, _)) = (1, (2, 3));\n\
+                    { let inner = 5; }\nlet f = |x: i32| { let y = x; y };\nlet _ = 7;\nlet bad = x + y;";
+        assert_eq!(
+            names(code),
+            vec![
+                ("keep1".to_string(), 1),
+                ("keep2".into(), 2),
+                ("a".into(), 3),
+                ("b".into(), 3),
+                ("f".into(), 5),
+                ("bad".into(), 7)
+            ]
+        );
+        // Two statements on one line; a shadowed name counts once, at its last `let`.
+        assert_eq!(names("let x = 1; let y = 2; let x = 3;"), vec![("y".to_string(), 1), ("x".into(), 1)]);
+        assert_eq!(names("f.call(&x)"), vec![]);
+        assert_eq!(names("%jaxpr f.call(x"), vec![]);
+        assert_eq!(names(""), vec![]);
+    }
+
+    #[test]
+    fn the_note_names_the_variables_and_the_fix() {
+        let lost = cell_bindings("let keep1 = 1;\nlet keep2 = 2;");
+        let note = not_kept_note(&lost, &[]).unwrap();
+        assert!(note.starts_with("This cell's variables `keep1` (line 1), `keep2` (line 2) were not kept: the cell stopped early"), "{note}");
+        assert!(note.ends_with("Fix: put the failing statement in its own cell, so the statements before it keep what they bound; then run it again."), "{note}");
+        let stale = cell_bindings("let x = 1;");
+        let note = not_kept_note(&lost[..1], &stale).unwrap();
+        assert!(note.starts_with("This cell's variable `keep1` (line 1) was not kept; `x` (line 1) keeps its value from before the cell:"), "{note}");
+        assert_eq!(not_kept_note(&[], &[]), None);
+    }
+}
