@@ -4,6 +4,9 @@
 //! ([`Session::is_complete`]); otherwise it adds a line (two empty lines force a submit).
 //! Ctrl-C at the prompt clears the line; Ctrl-C while a cell runs interrupts it; Ctrl-D
 //! on an empty line exits. History is kept in `<cache>/history.txt`.
+//! Input typed ahead or pasted without bracketed paste (lines separated by LF, Ctrl-J: the
+//! same key as Enter) runs line by line, each complete line a cell: rustyline's
+//! `buffer-redux` feature keeps what it has read past a submitted line for the next prompt.
 
 use super::highlight::{self, Language};
 use super::term::Printer;
