@@ -346,29 +346,15 @@ pub fn diff_passes(module: &LoweredModule) -> Result<PassDiffs, Error> {
         for pass in split_pipeline(pipeline) {
             context::run_pipeline(ctx, &mut m, &format!("builtin.module({pass})"), &diags)?;
             let after = m.as_operation().to_string();
-            let diff = if after == before {
-                String::new()
-            } else {
-                similar::TextDiff::from_lines(&before, &after)
-                    .unified_diff()
-                    .context_radius(3)
-                    .header("before", "after")
-                    .to_string()
-            };
             let fused = pass == "linalg-fuse-elementwise-ops" && name == "to-loops";
-            out.push(PassDiff { pass, pipeline: name, diff });
+            out.push(PassDiff { pass, pipeline: name, diff: unified_diff(&before, &after) });
             before = after;
             if fused {
                 // The compile's in-place rewrite of loop carries (not a registered pass,
                 // `context::run_to_loops`) runs right after fusion.
                 super::inplace::loop_carries_in_place(&m);
                 let after = m.as_operation().to_string();
-                let diff = if after == before {
-                    String::new()
-                } else {
-                    similar::TextDiff::from_lines(&before, &after).unified_diff().context_radius(3).header("before", "after").to_string()
-                };
-                out.push(PassDiff { pass: context::LOOP_CARRIES_IN_PLACE.to_string(), pipeline: name, diff });
+                out.push(PassDiff { pass: context::LOOP_CARRIES_IN_PLACE.to_string(), pipeline: name, diff: unified_diff(&before, &after) });
                 before = after;
             }
         }
@@ -377,14 +363,18 @@ pub fn diff_passes(module: &LoweredModule) -> Result<PassDiffs, Error> {
     // allowed, as XLA:CPU (`context::allow_fp_contraction`).
     context::allow_fp_contraction(ctx, &m);
     let after = m.as_operation().to_string();
-    let diff = if after == before {
-        String::new()
-    } else {
-        similar::TextDiff::from_lines(&before, &after).unified_diff().context_radius(3).header("before", "after").to_string()
-    };
-    out.push(PassDiff { pass: "allow-fp-contraction".to_string(), pipeline: "to-llvm", diff });
+    out.push(PassDiff { pass: "allow-fp-contraction".to_string(), pipeline: "to-llvm", diff: unified_diff(&before, &after) });
     drop(m);
     drop(diags);
     drop(guard);
     Ok(PassDiffs(out))
+}
+
+/// The unified diff (3 lines of context, headers `before`/`after`) from `before` to
+/// `after`; empty when the texts are equal (a pass that changed nothing).
+fn unified_diff(before: &str, after: &str) -> String {
+    if after == before {
+        return String::new();
+    }
+    similar::TextDiff::from_lines(before, after).unified_diff().context_radius(3).header("before", "after").to_string()
 }
