@@ -18,8 +18,9 @@ thread_local! {
     static LAST_CALL: RefCell<Option<(String, Arc<CacheEntry>)>> = const { RefCell::new(None) };
     /// Depth of magics waiting for a call (`last_call`): calls are only recorded then.
     static CAPTURING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    /// The partitioned program text of the last recorded call, when it ran partitioned.
-    static LAST_PARTITIONED: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The partitioned program texts of the last recorded call, when it ran partitioned:
+    /// (`%compile`'s, `%lower`'s).
+    static LAST_PARTITIONED: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
 }
 
 /// Whether a magic is waiting for a call (calls then record what magics show).
@@ -29,13 +30,13 @@ pub(crate) fn capturing() -> bool {
 
 /// Records the per-device program text of the last jitted call (`None`: it did not run
 /// partitioned); `%compile` shows it instead of the whole program's module.
-pub(crate) fn note_partitioned(text: Option<String>) {
+pub(crate) fn note_partitioned(text: Option<(String, String)>) {
     if capturing() {
         LAST_PARTITIONED.with(|c| *c.borrow_mut() = text);
     }
 }
 
-fn take_partitioned() -> Option<String> {
+fn take_partitioned() -> Option<(String, String)> {
     LAST_PARTITIONED.with(|c| c.borrow_mut().take())
 }
 
@@ -68,7 +69,17 @@ fn last_call<T>(f: impl FnOnce() -> T) -> Result<(String, Arc<CacheEntry>)> {
 }
 
 fn compiled(entry: &CacheEntry) -> Result<&CompiledArtifacts> {
-    entry.compiled.get().ok_or_else(|| Error::runtime("the call did not compile (did it fail before running?)"))
+    entry.compiled.get().ok_or_else(|| {
+        if entry.has_shard_map {
+            Error::value_error(
+                "this call of shard_map ran equation by equation (its body per device; not compiled as one program): \
+                 the partitioner could not take it (arguments sharded on another mesh, donation, effects, or callbacks, \
+                 nested shard_map or collectives inside control flow in the body); %jaxpr shows its jaxpr",
+            )
+        } else {
+            Error::runtime("the call did not compile (did it fail before running?)")
+        }
+    })
 }
 
 /// `%jaxpr CALL`: the jaxpr of the jitted function that `CALL` runs.
@@ -76,9 +87,14 @@ pub fn jaxpr<T>(call: impl FnOnce() -> T) -> Result<ClosedJaxpr> {
     Ok(last_call(call)?.1.jaxpr.clone())
 }
 
-/// `%lower CALL`: the lowered MLIR module.
+/// `%lower CALL`: the lowered MLIR module. A call of a `shard_map` that ran partitioned
+/// shows its per-device program (the body with its collectives) and the lowered module of
+/// each segment between collectives.
 pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (_, e) = last_call(call)?;
+    if let Some((_, lowered)) = take_partitioned().filter(|_| e.has_shard_map) {
+        return Ok(Text(lowered));
+    }
     Ok(Text(compiled(&e)?.lowered.text.clone()))
 }
 
@@ -87,7 +103,7 @@ pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
 /// each compiled segment (as `Compiled::as_text`).
 pub fn compile<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (_, e) = last_call(call)?;
-    if let Some(t) = take_partitioned() {
+    if let Some((t, _)) = take_partitioned() {
         return Ok(Text(t));
     }
     Ok(Text(compiled(&e)?.executable.optimized_ir().to_string()))
@@ -100,12 +116,24 @@ pub fn compile_stage<T>(stage: &str, call: impl FnOnce() -> T) -> Result<Text> {
     let stage: crate::transform::Stage = stage.parse()?;
     let (_, e) = last_call(call)?;
     let partitioned = take_partitioned();
-    let c = compiled(&e)?;
     use crate::transform::Stage;
+    if e.has_shard_map {
+        // No whole-program module: the per-device segments are the program.
+        return match (stage, partitioned) {
+            (Stage::Jaxpr, _) => Ok(Text(e.jaxpr.to_string())),
+            (Stage::Lowered, Some((_, l))) => Ok(Text(l)),
+            (Stage::Optimized, Some((o, _))) => Ok(Text(o)),
+            _ => Err(Error::value_error(format!(
+                "%compile --stage {}: a call of shard_map compiles per-device segments; stages jaxpr, lowered and opt show them",
+                stage.name()
+            ))),
+        };
+    }
+    let c = compiled(&e)?;
     Ok(Text(match stage {
         Stage::Jaxpr => e.jaxpr.to_string(),
         Stage::Lowered => c.lowered.text.clone(),
-        Stage::Optimized => partitioned.unwrap_or_else(|| c.executable.optimized_ir().to_string()),
+        Stage::Optimized => partitioned.map(|(o, _)| o).unwrap_or_else(|| c.executable.optimized_ir().to_string()),
         Stage::Llvm => c.executable.llvm_ir()?,
         // Jitted calls compile at the default level.
         Stage::Asm => c.executable.assembly(2)?,
@@ -122,6 +150,11 @@ pub fn diff_passes<T>(call: impl FnOnce() -> T) -> Result<Text> {
 /// `%cost CALL`: cost and memory analysis of the compiled function.
 pub fn cost<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (name, e) = last_call(call)?;
+    if e.has_shard_map {
+        return Err(Error::value_error(
+            "%cost: a call of shard_map compiles per-device segments (no whole-program module to analyse); %compile shows them",
+        ));
+    }
     let c = compiled(&e)?;
     let cost = crate::compile::cost_analysis(&e.jaxpr.jaxpr);
     let mut mem = crate::compile::memory_analysis(&c.lowered);

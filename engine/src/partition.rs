@@ -285,6 +285,10 @@ pub(crate) struct Plan {
     pub(crate) collectives: usize,
     /// Each segment's optimized IR (for `Compiled::as_text`).
     segment_ir: Vec<String>,
+    /// Each segment's lowered module (for `%lower`).
+    segment_lowered: Vec<String>,
+    /// The program came from `shard_map` equations (their axes are manual).
+    manual: bool,
 }
 
 /// Equations the partitioner leaves to the gather path: collectives and `shard_map`
@@ -296,13 +300,77 @@ fn bails(p: &Primitive) -> bool {
         || p.sub_jaxprs().iter().any(|j| j.eqns.iter().any(|e| bails(&e.primitive)))
 }
 
+/// Whether a top-level equation sends the program to the gather path: as `bails`, but a
+/// `shard_map` whose body is a plain per-device program (collectives at its top level,
+/// nothing else `bails` on: no nested `shard_map`, effects, callbacks, collectives inside
+/// sub-jaxprs) is inlined by the planner instead.
+fn bails_top(p: &Primitive) -> bool {
+    match p {
+        Primitive::ShardMap(sm) => !sm.jaxpr.eqns.iter().all(|e| matches!(e.primitive, Primitive::Collective(_)) || !bails(&e.primitive)),
+        p => bails(p),
+    }
+}
+
+/// Inlines a `shard_map` equation `e` into the per-device program: its operands resharded
+/// to the in_specs' layouts (the body's block types), the body's equations emitted as they
+/// are (it is already a per-device program; its collectives become cut points), its
+/// results laid out as the out_specs. `Ok(None)`: not inlinable (another mesh, a literal
+/// result, or a result the out_spec says is replicated but that varies over an omitted
+/// axis under `check_vma=False`): gather path.
+fn inline_shard_map(b: &mut Builder, vals: &mut HashMap<u32, Val>, e: &Eqn, sm: &crate::ir::ShardMapParams) -> Result<Option<Vec<Dims>>> {
+    if &sm.mesh != b.mesh || e.inputs.len() != sm.jaxpr.invars.len() || e.outputs.len() != sm.jaxpr.outvars.len() {
+        return Ok(None);
+    }
+    let body = &sm.jaxpr;
+    if !sm.check_vma {
+        // Per-device results must agree along the axes an out_spec omits (each device
+        // keeps its own block here; the eager path takes the first device's).
+        let ins: Vec<u64> = sm.in_specs.iter().map(|s| crate::transform::shard_map::spec_mask(&sm.mesh, s)).collect();
+        let vma = crate::transform::shard_map::output_vma(body, &ins, &sm.mesh);
+        if vma.iter().zip(&sm.out_specs).any(|(v, s)| v & !crate::transform::shard_map::spec_mask(&sm.mesh, s) != 0) {
+            return Ok(None);
+        }
+    }
+    let mut env: HashMap<u32, Atom> = HashMap::new();
+    for ((a, bv), spec) in e.inputs.iter().zip(&body.invars).zip(&sm.in_specs) {
+        let want = crate::sharding_rules::dims_of(spec, a.aval().ndim());
+        match b.block(a.aval(), &want) {
+            Some(blk) if blk.shape == bv.aval.shape && blk.dtype == bv.aval.dtype => {}
+            _ => return Ok(None),
+        }
+        let x = b.operand(a, vals, &want)?;
+        env.insert(bv.id, x);
+    }
+    for be in &body.eqns {
+        let mut ins = Vec::with_capacity(be.inputs.len());
+        for a in &be.inputs {
+            ins.push(match a {
+                Atom::Lit(_) => a.clone(),
+                Atom::Var(v) => env.get(&v.id).cloned().ok_or_else(|| Error::runtime("internal: shard_map body value missing"))?,
+            });
+        }
+        let outs = b.emit(be.primitive.clone(), ins, be.outputs.iter().map(|v| v.aval.clone()).collect(), Some(be));
+        for (v, o) in be.outputs.iter().zip(outs) {
+            env.insert(v.id, Atom::Var(o));
+        }
+    }
+    let mut dims = vec![];
+    for ((g, o), spec) in e.outputs.iter().zip(&body.outvars).zip(&sm.out_specs) {
+        let (Atom::Var(ov), d) = (o, crate::sharding_rules::dims_of(spec, g.aval.ndim())) else { return Ok(None) };
+        let Some(Atom::Var(pv)) = env.get(&ov.id).cloned() else { return Ok(None) };
+        vals.insert(g.id, Val { var: pv, dims: d.clone(), partial: None });
+        dims.push(d);
+    }
+    Ok(Some(dims))
+}
+
 /// Plans `j` on arguments laid out as `args` (per-device dims: a whole argument is
 /// replicated), with the propagation starting from `declared` (the arguments' shardings)
 /// and results laid out as `want` (per result; `None`: the propagated sharding).
 /// `Ok(None)`: not partitionable (gather path).
 fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str, opts: &StageOptions) -> Result<Option<Plan>> {
     let jx = &j.jaxpr;
-    if jx.has_effects() || jx.eqns.is_empty() || jx.eqns.iter().any(|e| bails(&e.primitive)) || jx.outvars.iter().any(|a| matches!(a, Atom::Lit(_))) {
+    if jx.has_effects() || jx.eqns.is_empty() || jx.eqns.iter().any(|e| bails_top(&e.primitive)) || jx.outvars.iter().any(|a| matches!(a, Atom::Lit(_))) {
         return Ok(None);
     }
     let max_id = jx
@@ -335,6 +403,13 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         Atom::Lit(_) => vec![],
     };
     for e in &jx.eqns {
+        if let Primitive::ShardMap(sm) = &e.primitive {
+            let Some(dims) = inline_shard_map(&mut b, &mut vals, e, sm)? else { return Ok(None) };
+            for (v, d) in e.outputs.iter().zip(dims) {
+                prop.insert(v.id, d);
+            }
+            continue;
+        }
         let in_avals: Vec<&ShapedArray> = e.inputs.iter().map(|a| a.aval()).collect();
         let in_prop: Vec<Dims> = e.inputs.iter().map(|a| prop_of(&prop, a)).collect();
         let out_avals: Vec<ShapedArray> = e.outputs.iter().map(|v| v.aval.clone()).collect();
@@ -497,7 +572,7 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
     }
     let program = dce(Jaxpr { constvars: vec![], invars: invars.clone(), eqns: std::mem::take(&mut b.eqns), outvars });
     let collectives = program.eqns.iter().filter(|e| matches!(&e.primitive, Primitive::Collective(c) if !matches!(c, Collective::AxisIndex { .. }))).count();
-    let (steps, segment_ir) = segments(&program, name, opts)?;
+    let (steps, segment_ir, segment_lowered) = segments(&program, name, opts)?;
     Ok(Some(Plan {
         in_ids: invars.iter().map(|v| v.id).collect(),
         program,
@@ -505,6 +580,8 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         outs,
         collectives,
         segment_ir,
+        segment_lowered,
+        manual: crate::transform::shard_map::contains_shard_map(jx),
     }))
 }
 
@@ -525,7 +602,8 @@ fn dce(mut p: Jaxpr) -> Jaxpr {
 }
 
 /// Cuts `p` at its collectives into compiled segments.
-fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Vec<String>)> {
+#[allow(clippy::type_complexity)]
+fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Vec<String>, Vec<String>)> {
     // Last use (step index) of each var: later segments, collectives and the results.
     let n = p.eqns.len();
     let mut last_use: HashMap<u32, usize> = HashMap::new();
@@ -543,6 +621,7 @@ fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Ve
     }
     let mut steps = vec![];
     let mut irs = vec![];
+    let mut lowered = vec![];
     let mut i = 0;
     while i < n {
         if let Primitive::Collective(c) = &p.eqns[i].primitive {
@@ -578,11 +657,13 @@ fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Ve
             continue;
         }
         let seg = Jaxpr { constvars: vec![], invars: ins.clone(), eqns: eqns.to_vec(), outvars: outs.iter().cloned().map(Atom::Var).collect() };
-        let exe = crate::transform::pipeline::compile_jaxpr(&ClosedJaxpr { jaxpr: seg, consts: vec![] }, name, opts)?.executable;
+        let art = crate::transform::pipeline::compile_jaxpr(&ClosedJaxpr { jaxpr: seg, consts: vec![] }, name, opts)?;
+        lowered.push(art.lowered.text.clone());
+        let exe = art.executable;
         irs.push(exe.optimized_ir().to_string());
         steps.push(Step::Run { exe, ins: ins.iter().map(|v| v.id).collect(), outs: outs.iter().map(|v| v.id).collect() });
     }
-    Ok((steps, irs))
+    Ok((steps, irs, lowered))
 }
 
 static PARTITIONED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -612,7 +693,7 @@ pub(crate) fn clear_plans() {
 
 /// The plan of `j` (cached per jaxpr and layouts); `None`: gather path.
 pub(crate) fn cached_plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str, opts: &StageOptions) -> Result<Option<Arc<Plan>>> {
-    if args.iter().all(|d| d.iter().all(|e| e.is_empty())) {
+    if args.iter().all(|d| d.iter().all(|e| e.is_empty())) && !crate::transform::shard_map::contains_shard_map(&j.jaxpr) {
         return Ok(None); // nothing is split: the single-device program is the plan
     }
     let precision = format!("{:?}", crate::lax::precision::default_matmul_precision());
@@ -647,16 +728,28 @@ pub(crate) fn describe(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &Stage
     Some(plan_text(&p, mesh))
 }
 
-/// The same text for the plan a jit call on `inputs` ran (`%compile`); `None`: gather path.
-pub(crate) fn describe_call(j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<String> {
+/// The texts for the plan a jit call on `inputs` ran: (`%compile`'s: as `describe`;
+/// `%lower`'s: the per-device program and each segment's lowered module); `None`: gather path.
+pub(crate) fn describe_call(j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<(String, String)> {
     let (args, declared) = layouts(inputs, mesh);
     let p = cached_plan(j, mesh, &args, &declared, want, "compiled", opts).ok().flatten()?;
-    Some(plan_text(&p, mesh))
+    Some((plan_text(&p, mesh), plan_text_with(&p, mesh, &p.segment_lowered)))
 }
 
 fn plan_text(p: &Plan, mesh: &Mesh) -> String {
+    plan_text_with(p, mesh, &p.segment_ir)
+}
+
+/// The header, the per-device program (as comments) and one module per segment.
+fn plan_text_with(p: &Plan, mesh: &Mesh, modules: &[String]) -> String {
+    let what = if p.manual {
+        let axes: Vec<String> = mesh.axis_names().iter().map(|a| format!("'{a}'")).collect();
+        format!("shard_map over {mesh}, manual axes ({}{})", axes.join(", "), if axes.len() == 1 { "," } else { "" })
+    } else {
+        format!("arguments sharded over {mesh}")
+    };
     let mut s = format!(
-        "// jaxrepl: arguments sharded over {mesh}; path: partitioned (one per-device program on each of the {} devices at once, {} collective{} per device; no gather).\n// per-device program:\n",
+        "// jaxrepl: {what}; path: partitioned (one per-device program on each of the {} devices at once, {} collective{} per device; no gather).\n// per-device program:\n",
         mesh.size(),
         p.collectives,
         if p.collectives == 1 { "" } else { "s" }
@@ -666,8 +759,8 @@ fn plan_text(p: &Plan, mesh: &Mesh) -> String {
         s.push_str(line);
         s.push('\n');
     }
-    for (k, ir) in p.segment_ir.iter().enumerate() {
-        if p.segment_ir.len() > 1 {
+    for (k, ir) in modules.iter().enumerate() {
+        if modules.len() > 1 {
             s.push_str(&format!("// segment {k}:\n"));
         }
         s.push_str(ir);

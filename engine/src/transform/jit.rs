@@ -482,7 +482,15 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let _span = crate::profiler::span("jit", || format!("PjitFunction({})", self.inner.name));
         let (entry, traced_now) = self.lookup_or_trace(&flat, loc)?;
         if entry.has_shard_map {
-            // shard_map (issue 6): equation by equation; its body runs per device.
+            // shard_map (issue 6): the partitioner inlines its body (a per-device program
+            // cut at its collectives into compiled segments, `partition.rs`); a program it
+            // cannot take runs equation by equation, the body per device.
+            if let Some(outs) = self.try_partition_shard_map(&entry, &flat, traced_now, loc)? {
+                let outs = self.place_outputs(outs)?;
+                return crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone());
+            }
+            crate::magic::note_call(&self.inner.name, &entry);
+            crate::magic::note_partitioned(None);
             return self.call_shard_map(&entry, &flat);
         }
         let place = crate::sharding::out_place(
@@ -591,6 +599,54 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         }
         let outs = self.place_outputs(outs)?;
         crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
+    }
+
+    /// Runs a jaxpr holding `shard_map` equations partitioned on the mesh of its first
+    /// `shard_map` (every argument unsharded or sharded on that mesh, no donation);
+    /// `Ok(None)`: the equation-by-equation path.
+    fn try_partition_shard_map(&self, entry: &Arc<CacheEntry>, flat: &Flat, traced_now: bool, loc: &'static Location<'static>) -> Result<Option<Vec<Array>>> {
+        let Some(mesh) = entry.jaxpr.jaxpr.eqns.iter().find_map(|e| match &e.primitive {
+            crate::ir::Primitive::ShardMap(sm) => Some(sm.mesh.clone()),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        if entry.donated.iter().any(|d| *d) || entry.has_effects {
+            return Ok(None);
+        }
+        let ins: Vec<Arc<DeviceArray>> = flat.leaves.iter().filter_map(|l| match l {
+            ArgLeaf::Value(a) => a.device().cloned(),
+            ArgLeaf::Spec(_) => None,
+        }).collect();
+        if ins.iter().any(|d| d.sharded_info().is_some_and(|sh| sh.sharding.mesh != mesh)) {
+            return Ok(None);
+        }
+        let want = crate::partition::wanted(self.inner.shardings.outs.as_ref(), &entry.jaxpr.jaxpr.out_avals(), &mesh);
+        let opts = StageOptions { donated: vec![], opt_level: Some(self.resolved_opt_level()?), ..Default::default() };
+        let t0 = Instant::now();
+        let outs = {
+            let _precision = crate::lax::precision::with_default_matmul_precision(entry.matmul_precision)?;
+            crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want, &opts, &entry.out_kinds)?
+        };
+        if outs.is_some() {
+            crate::magic::note_call(&self.inner.name, entry);
+            if crate::magic::capturing() {
+                crate::magic::note_partitioned(crate::partition::describe_call(&entry.jaxpr, &ins, &mesh, &want, &opts));
+            }
+            if traced_now {
+                explain::record(Event {
+                    function: self.explain_name(),
+                    call_site: source_info(loc),
+                    trace_miss: true,
+                    trace_secs: entry.trace_secs,
+                    executable_hit: false,
+                    compile_secs: t0.elapsed().as_secs_f64(),
+                    reason: None,
+                    persistent: None,
+                });
+            }
+        }
+        Ok(outs)
     }
 
     /// Runs a jaxpr holding `shard_map` equations with `eval_jaxpr`: each other equation

@@ -176,8 +176,20 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
             check_replication(&jaxpr, &specs, &outs, &mesh, &name)?;
         }
         let params = ShardMapParams { jaxpr, mesh, in_specs: specs, out_specs: outs, check_vma, name: name.clone() };
-        let ops: Vec<Operand> = traced.consts.into_iter().chain(leaves).map(Operand::Array).collect();
-        let results = bind(Primitive::ShardMap(Box::new(params)), ops, loc)?;
+        let results = if crate::magic::capturing() && !crate::trace::is_tracing() {
+            // A magic (`%jaxpr`, `%lower`, `%compile`) inspects a bare shard_map call as
+            // the jitted call of it (JAX's `jit(shard_map(f)).lower(...)`).
+            let consts = traced.consts;
+            let f = super::jit::jit(move |xs: Vec<Array>| -> Result<Vec<Array>> {
+                let ops: Vec<Operand> = consts.iter().cloned().chain(xs).map(Operand::Array).collect();
+                bind(Primitive::ShardMap(Box::new(params.clone())), ops, loc)
+            })
+            .with_name(&name);
+            f.call(leaves)?
+        } else {
+            let ops: Vec<Operand> = traced.consts.into_iter().chain(leaves).map(Operand::Array).collect();
+            bind(Primitive::ShardMap(Box::new(params)), ops, loc)?
+        };
         unflatten_like::<O::Out>(&out_flat.treedef, results, out_flat.statics)
     };
     ShardMapped { f: Arc::new(run) }
@@ -282,14 +294,14 @@ fn axes_mask(mesh: &Mesh, axes: &[String]) -> Vma {
     axes.iter().filter_map(|a| mesh.axis_names().iter().position(|n| n == a)).fold(0, |m, k| m | (1 << k))
 }
 
-fn spec_mask(mesh: &Mesh, spec: &PartitionSpec) -> Vma {
+pub(crate) fn spec_mask(mesh: &Mesh, spec: &PartitionSpec) -> Vma {
     spec.0.iter().fold(0, |m, e| m | axes_mask(mesh, &e.0))
 }
 
 /// The axes each output of `j` varies over, given those of its inputs (JAX's varying
 /// manual axes: reductions over an axis make a value invariant along it; `axis_index`
 /// and the other collectives make it vary; any other equation varies where an operand does).
-fn output_vma(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> Vec<Vma> {
+pub(crate) fn output_vma(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> Vec<Vma> {
     let mut env: std::collections::HashMap<u32, Vma> = j.invars.iter().zip(ins).map(|(v, m)| (v.id, *m)).collect();
     for v in &j.constvars {
         env.insert(v.id, 0);
