@@ -21,8 +21,9 @@
 //!
 //! A value is **resharded** where a consumer needs another layout: a pending sum the
 //! consumer wants split over the same axes becomes a `reduce_scatter`, any other pending
-//! reduction a `psum`/`pmax`/`pmin`; a dim split differently is `all_gather`ed, and a dim
-//! the consumer wants split but that is whole is sliced locally (`axis_index` ×
+//! reduction a `psum`/`pmax`/`pmin`; a split moving to a whole dim is one `all_to_all`,
+//! a dim split otherwise differently is `all_gather`ed, and a dim the consumer wants
+//! split but that is whole is sliced locally (`axis_index` ×
 //! block size → `dynamic_slice`). Results are resharded to the propagated shardings (or
 //! the `out_shardings` asked for), so values and result shardings equal the gather path's.
 //!
@@ -202,6 +203,22 @@ impl<'m> Builder<'m> {
         }
         let mut dims = v.dims.clone();
         let mut var = v.var.clone();
+        // A split moving from dim k to a whole dim j: one `all_to_all` (each device sends
+        // block i of dim j to device i and concatenates what it gets along dim k), not an
+        // all_gather and a local slice.
+        for k in 0..g.ndim() {
+            if dims[k].is_empty() || dims[k] == want[k] {
+                continue;
+            }
+            let Some(j) = (0..g.ndim()).find(|&j| j != k && dims[j].is_empty() && want[j] == dims[k]) else { continue };
+            let mut nd = dims.clone();
+            nd[j] = std::mem::take(&mut nd[k]);
+            let Some(out) = self.block(g, &nd) else { continue };
+            let axes = nd[j].clone();
+            let n = self.parts(&axes);
+            var = self.coll(Collective::AllToAll { axes, axis_size: n, split_axis: j, concat_axis: k, tiled: true }, Some(&var), out);
+            dims = nd;
+        }
         for k in 0..g.ndim() {
             if dims[k] != want[k] && !dims[k].is_empty() {
                 let axes = std::mem::take(&mut dims[k]);

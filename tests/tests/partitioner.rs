@@ -289,7 +289,8 @@ fn sharding_constraint_inside_jit() {
     assert_eq!(typeof_(&z).to_string(), "float32[16,8@i]");
     shards_hold_blocks(&z, &want);
     let text = jit(f.clone()).lower(&px).unwrap().compile().unwrap().as_text();
-    assert!(text.contains("all_gather") && text.contains("f32[16,1] = sin"), "{text}");
+    // The split moves from dim 0 to dim 1: one all_to_all.
+    assert!(text.contains("all_to_all[") && text.contains("f32[16,1] = sin"), "{text}");
     // grad (over Auto axes: explicit ones reject the mixed layouts the transpose makes):
     // the constraint's transpose is the constraint.
     let am = mesh8_auto();
@@ -316,4 +317,65 @@ fn stage_meshes_on_later_devices() {
         assert_eq!(h.sharding().unwrap().mesh(), Some(m));
     }
     close(&h, &want);
+}
+
+/// Moving a split from one dim to another (`out_shardings` / `reshard` from P('i', None)
+/// to P(None, 'i')) is one `all_to_all`, not an all_gather and a slice; values equal the
+/// unsharded call and every shard holds its block.
+#[test]
+fn moving_a_split_is_all_to_all() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[16, 32], 21);
+    let px = put(&x, &mesh, P!("i", None));
+    let cols = NamedSharding::new(&mesh, P!(None, "i")).unwrap();
+    let f = jit(|x: Array| x * 2.0 + 1.0).out_shardings(vec![cols.clone()]);
+    let want = jit(|x: Array| x * 2.0 + 1.0).call(&x).unwrap();
+    let z = f.call(&px).unwrap();
+    close(&z, &want);
+    assert_eq!(typeof_(&z).to_string(), "float32[16,32@i]");
+    shards_hold_blocks(&z, &want);
+    let text = jax::magic::compile(|| f.call(&px)).unwrap().0;
+    assert!(text.contains("all_to_all[") && !text.contains("all_gather[") && !text.contains("dynamic_slice"), "{text}");
+    // `reshard` inside jit, and back.
+    let c2 = cols.clone();
+    let g = move |x: Array| reshard(&(x.sin()), c2.clone()).unwrap() * 3.0;
+    let z = jit(g.clone()).call(&px).unwrap();
+    let want = jit(g.clone()).call(&x).unwrap();
+    close(&z, &want);
+    shards_hold_blocks(&z, &want);
+    let text = jit(g).lower(&px).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("all_to_all["), "{text}");
+    let pc = put(&x, &mesh, P!(None, "i"));
+    let rows = NamedSharding::new(&mesh, P!("i", None)).unwrap();
+    let h = jit(|x: Array| x.exp()).out_shardings(vec![rows]);
+    let z = h.call(&pc).unwrap();
+    close(&z, &jit(|x: Array| x.exp()).call(&x).unwrap());
+    assert_eq!(typeof_(&z).to_string(), "float32[16@i,32]");
+}
+
+/// `with_sharding_constraint` under `vmap` keeps its constraint with the batch dim
+/// inserted unsharded (JAX's batching rule without `spmd_axis_name`).
+#[test]
+fn sharding_constraint_under_vmap() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, host) = host_array(&[8, 16], 22);
+    let ns = NamedSharding::new(&mesh, P!("i")).unwrap();
+    let n2 = ns.clone();
+    let f = move |v: Array| with_sharding_constraint(&(v * 2.0), n2.clone()).unwrap().sin();
+    let f2 = f.clone();
+    let vf = move |xs: Array| vmap(f2.clone())(xs).unwrap();
+    let jaxpr = make_jaxpr(vf.clone(), &x).unwrap().to_string();
+    assert!(jaxpr.contains("sharding_constraint[\n      sharding=NamedSharding(mesh=Mesh('i': 8, axis_types=(Explicit,)), spec=P(None, 'i'), memory_kind=device)\n    ]"), "{jaxpr}");
+    // On rows split over 'i', the constraint moves the split to the columns.
+    let z = jit(vf.clone()).call(&put(&x, &mesh, P!("i", None))).unwrap();
+    assert_eq!(typeof_(&z).to_string(), "float32[8,16@i]");
+    // Values: sin(2x) on the host; the eager vmap alike.
+    for got in [z, vf(x.clone())] {
+        for (g, h) in got.to_vec::<f32>().unwrap().iter().zip(&host) {
+            assert!((*g as f64 - (2.0 * h).sin()).abs() <= 1e-6, "{g} vs {}", (2.0 * h).sin());
+        }
+    }
+    drop(f);
 }

@@ -61,8 +61,15 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
     use Primitive::*;
     let one = |x: Array| Ok(vec![BVal { x, batched: true }]);
     match p {
-        // Under vmap the constraint (for the unbatched rank) is dropped.
-        ShardingConstraint { .. } => Ok(vec![BVal { x: ins[0].x.clone(), batched: ins[0].batched }]),
+        // JAX's batching rule without `spmd_axis_name`: the batch dim (0) is inserted
+        // unsharded into the constraint's spec (an unbatched operand keeps the constraint).
+        ShardingConstraint { sharding } => {
+            let mut sharding = sharding.clone();
+            if ins[0].batched && !sharding.spec.0.is_empty() {
+                sharding.spec.0.insert(0, crate::sharding::PEntry(vec![]));
+            }
+            Ok(vec![BVal { x: lax::bind1(ShardingConstraint { sharding }, vec![arr(&ins[0].x)])?, batched: ins[0].batched }])
+        }
         _ if p.is_unary_elementwise() || matches!(p, ConvertElementType { .. } | BitcastConvertType { .. } | StopGradient | DevicePut { .. }) => {
             one(bind(p.clone(), vec![arr(&ins[0].x)], loc)?.remove(0))
         }
