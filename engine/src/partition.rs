@@ -328,6 +328,122 @@ fn bails_top(p: &Primitive) -> bool {
     }
 }
 
+/// `j` with every type of shape `from` given shape `to` (a loop body run on blocks).
+fn with_block_shape(j: &Jaxpr, from: &[usize], to: &[usize]) -> Jaxpr {
+    let var = |v: &Var| {
+        let mut v = v.clone();
+        if v.aval.shape == from {
+            v.aval.shape = to.to_vec();
+        }
+        v
+    };
+    let atom = |a: &Atom| match a {
+        Atom::Var(v) => Atom::Var(var(v)),
+        Atom::Lit(_) => a.clone(),
+    };
+    Jaxpr {
+        constvars: j.constvars.iter().map(var).collect(),
+        invars: j.invars.iter().map(var).collect(),
+        eqns: j
+            .eqns
+            .iter()
+            .map(|e| Eqn { inputs: e.inputs.iter().map(atom).collect(), outputs: e.outputs.iter().map(var).collect(), ..e.clone() })
+            .collect(),
+        outvars: j.outvars.iter().map(atom).collect(),
+    }
+}
+
+/// A `scan` without `xs`/`ys` (`fori_loop`) or a `while` whose bodies are elementwise
+/// only, over values of one non-scalar shape (0-d values are then computed from 0-d
+/// values only, so every device agrees on them and on the loop's trip count), with an
+/// operand of that shape split: the loop runs per device on blocks laid out as that
+/// operand (the others resharded to it), its sub-jaxprs retyped to the block shape.
+/// Returns the results' layouts; `Ok(None)`: not such a loop (it runs whole).
+fn loop_per_device(b: &mut Builder, vals: &mut HashMap<u32, Val>, e: &Eqn) -> Result<Option<Vec<Dims>>> {
+    use Primitive::*;
+    let subs: Vec<&Jaxpr> = match &e.primitive {
+        Scan { jaxpr, num_consts, num_carry, .. } if e.inputs.len() == num_consts + num_carry && e.outputs.len() == *num_carry => vec![jaxpr],
+        While { cond_jaxpr, body_jaxpr, .. } => vec![cond_jaxpr, body_jaxpr],
+        _ => return Ok(None),
+    };
+    let mut shape: Option<Vec<usize>> = None;
+    let mut one_shape = |s: &[usize]| -> bool {
+        if s.is_empty() {
+            return true;
+        }
+        match &shape {
+            None => {
+                shape = Some(s.to_vec());
+                true
+            }
+            Some(x) => x == s,
+        }
+    };
+    let ok = e.inputs.iter().all(|a| one_shape(&a.aval().shape))
+        && e.outputs.iter().all(|v| one_shape(&v.aval.shape))
+        && subs.iter().all(|j| {
+            j.constvars.is_empty()
+                && j.invars.iter().all(|v| one_shape(&v.aval.shape))
+                && j.outvars.iter().all(|a| one_shape(&a.aval().shape))
+                && j.eqns.iter().all(|q| {
+                    elementwise(&q.primitive)
+                        && !matches!(q.primitive, DevicePut { .. })
+                        && q.outputs.len() == 1
+                        && q.inputs.iter().all(|a| one_shape(&a.aval().shape))
+                        && one_shape(&q.outputs[0].aval.shape)
+                })
+        });
+    let Some(s) = shape.filter(|_| ok) else { return Ok(None) };
+    let mut layout = None;
+    for a in &e.inputs {
+        if a.aval().shape == s {
+            let d = b.settled_dims(a, vals)?;
+            if d.iter().any(|x| !x.is_empty()) {
+                layout = Some(b.fit(a.aval(), &d));
+                break;
+            }
+        }
+    }
+    let Some(d) = layout.filter(|d| d.iter().any(|x| !x.is_empty())) else { return Ok(None) };
+    let g = ShapedArray::new(&s, DType::F32);
+    let Some(blk) = b.block(&g, &d) else { return Ok(None) };
+    let mut ins = Vec::with_capacity(e.inputs.len());
+    for a in &e.inputs {
+        let want = if a.aval().shape == s { d.clone() } else { replicated(a.aval().ndim()) };
+        ins.push(b.operand(a, vals, &want)?);
+    }
+    let p = match &e.primitive {
+        Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => Scan {
+            jaxpr: Box::new(with_block_shape(jaxpr, &s, &blk.shape)),
+            length: *length,
+            reverse: *reverse,
+            unroll: *unroll,
+            num_consts: *num_consts,
+            num_carry: *num_carry,
+        },
+        While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => While {
+            cond_jaxpr: Box::new(with_block_shape(cond_jaxpr, &s, &blk.shape)),
+            body_jaxpr: Box::new(with_block_shape(body_jaxpr, &s, &blk.shape)),
+            cond_nconsts: *cond_nconsts,
+            body_nconsts: *body_nconsts,
+        },
+        _ => return Ok(None),
+    };
+    let out_avals: Vec<ShapedArray> = e
+        .outputs
+        .iter()
+        .map(|v| if v.aval.shape == s { ShapedArray { shape: blk.shape.clone(), ..v.aval.clone() } } else { v.aval.clone() })
+        .collect();
+    let outs = b.emit(p, ins, out_avals, Some(e));
+    let mut dims = vec![];
+    for (g, v) in e.outputs.iter().zip(outs) {
+        let dd = if g.aval.shape == s { d.clone() } else { replicated(g.aval.ndim()) };
+        vals.insert(g.id, Val { var: v, dims: dd.clone(), partial: None });
+        dims.push(dd);
+    }
+    Ok(Some(dims))
+}
+
 /// Inlines a `shard_map` equation `e` into the per-device program: its operands resharded
 /// to the in_specs' layouts (the body's block types), the body's equations emitted as they
 /// are (it is already a per-device program; its collectives become cut points), its
@@ -436,6 +552,13 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
             crate::sharding_rules::eqn_rule(&e.primitive, mesh, &in_avals, &in_prop, &out_avals).map_err(|err| err.at(e.source.clone()))?;
         for (v, d) in e.outputs.iter().zip(&out_prop) {
             prop.insert(v.id, d.clone());
+        }
+        if let Some(dims) = loop_per_device(&mut b, &mut vals, e)? {
+            // The loop keeps its operands' layout.
+            for (v, d) in e.outputs.iter().zip(dims) {
+                prop.insert(v.id, d);
+            }
+            continue;
         }
         let one_out = e.outputs.len() == 1;
         let og = &e.outputs[0].aval;

@@ -379,3 +379,43 @@ fn sharding_constraint_under_vmap() {
     }
     drop(f);
 }
+
+/// A `fori_loop` (a `scan` without xs) and a `while_loop` whose bodies are elementwise
+/// over sharded carries run per device on blocks (no gather); values equal the unsharded
+/// call and the result keeps the operand's sharding.
+#[test]
+fn elementwise_loops_run_per_device() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[16, 8], 23);
+    let (y, _) = host_array(&[16, 8], 24);
+    let px = put(&x, &mesh, P!("i", None));
+    let f = |(x, y): (Array, Array)| -> Result<Array> {
+        let (a, _) = lax::fori_loop(0, 6, |(i, (a, b)): (Array, (Array, Array))| -> Result<(Array, Array)> {
+            let t = i.astype(DType::F32) * 0.1;
+            Ok((&a * 0.9 + (&b * &t).sin(), b.clone()))
+        }, (x, y))?;
+        Ok(a)
+    };
+    // y whole (replicated): sliced locally to x's layout.
+    let z = jit(f).call((&px, &y)).unwrap();
+    let want = jit(f).call((&x, &y)).unwrap();
+    close(&z, &want);
+    assert_eq!(typeof_(&z).to_string(), "float32[16@i,8]");
+    shards_hold_blocks(&z, &want);
+    let text = jit(f).lower((&px, &y)).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("path: partitioned") && text.contains("f32[2,8]") && text.contains("scan[") && !text.contains("all_gather["), "{text}");
+    // A while loop with a traced trip count.
+    let g = |(x, n): (Array, Array)| -> Result<Array> {
+        lax::fori_loop_dynamic(&jnp::zeros(&[], DType::I32), &n, |(_, c): (Array, Array)| -> Result<Array> { Ok(c.cos() + 0.5) }, x)
+    };
+    let n = jnp::array(&[5i32]).reshape(&[]);
+    let z = jit(g).call((&px, &n)).unwrap();
+    close(&z, &jit(g).call((&x, &n)).unwrap());
+    assert_eq!(typeof_(&z).to_string(), "float32[16@i,8]");
+    let text = jit(g).lower((&px, &n)).unwrap().compile().unwrap().as_text();
+    assert!(text.contains("while[") && !text.contains("all_gather["), "{text}");
+    // A loop body that is not elementwise (a reduction) still runs whole, and right.
+    let h = |x: Array| -> Result<Array> { lax::fori_loop(0, 3, |(_, c): (Array, Array)| -> Result<Array> { Ok(&c - c.mean()) }, x) };
+    close(&jit(h).call(&px).unwrap(), &jit(h).call(&x).unwrap());
+}
