@@ -169,7 +169,11 @@ pub trait BlockUntilReady {
     fn block(&self) -> Result<()>;
 }
 impl BlockUntilReady for Array {
+    /// A sharded array waits for its shards (as JAX: the whole value is not assembled).
     fn block(&self) -> Result<()> {
+        if let Some(sh) = self.device().and_then(|d| d.sharded_info()).filter(|sh| sh.gather_on_wait && sh.shards.get().is_some()) {
+            return sh.wait_shards();
+        }
         self.buffer().map(|_| ())
     }
 }

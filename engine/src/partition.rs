@@ -956,7 +956,7 @@ pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], 
             out_shards[i].push((dev, idx, o.clone()));
         }
         let (plan, run, consts) = (plan.clone(), run.clone(), consts.clone());
-        dispatch::submit_on(dev, outs, move || {
+        dispatch::submit_on_shared(dev, outs, move || {
             let r = run.as_device(k, || execute(&plan, dev, &consts, &dargs));
             if r.is_err() {
                 run.poison();
@@ -980,7 +980,7 @@ pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], 
 }
 
 /// One device's run of `plan` (on its worker thread, inside `MeshRun::as_device`).
-fn execute(plan: &Plan, dev: u32, consts: &[Arc<Buffer>], args: &[Arc<DeviceArray>]) -> Result<Vec<Buffer>> {
+fn execute(plan: &Plan, dev: u32, consts: &[Arc<Buffer>], args: &[Arc<DeviceArray>]) -> Result<Vec<Arc<Buffer>>> {
     let mut env: HashMap<u32, Arc<Buffer>> = HashMap::with_capacity(plan.program.eqns.len() + args.len());
     let mut ids = plan.in_ids.iter();
     for c in consts {
@@ -1018,9 +1018,8 @@ fn execute(plan: &Plan, dev: u32, consts: &[Arc<Buffer>], args: &[Arc<DeviceArra
             }
         }
     }
-    let outs: Vec<Arc<Buffer>> = plan.outs.iter().map(|(id, _, _)| get(&env, *id)).collect::<Result<_>>()?;
-    drop(env);
-    Ok(outs.into_iter().map(|b| Arc::try_unwrap(b).unwrap_or_else(|a| (*a).clone())).collect())
+    // Results may share buffers (a psum's output is one buffer per group): not copied.
+    plan.outs.iter().map(|(id, _, _)| get(&env, *id)).collect()
 }
 
 /// Per result, the layout `out_shardings` asks for on `mesh` (a `NamedSharding` on it, or

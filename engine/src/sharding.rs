@@ -660,19 +660,34 @@ pub(crate) struct ShardBuf {
 /// What a sharded `DeviceArray` carries besides its (maybe not yet gathered) whole value.
 pub(crate) struct Sharded {
     pub(crate) sharding: NamedSharding,
-    shards: OnceLock<Vec<ShardBuf>>,
+    pub(crate) shards: OnceLock<Vec<ShardBuf>>,
     /// The whole value is gathered from the shards on first `wait` (a `device_put`
     /// result); otherwise the whole value is computed and shards are sliced on demand.
     pub(crate) gather_on_wait: bool,
 }
 
 impl Sharded {
+    /// Waits for every shard (not assembling the whole value). Errors: a shard's error.
+    pub(crate) fn wait_shards(&self) -> Result<()> {
+        let shards = self.shards.get().ok_or_else(|| Error::runtime("internal error: sharded array without shards"))?;
+        for s in shards {
+            s.data.wait()?;
+        }
+        Ok(())
+    }
     pub(crate) fn shards_ready(&self) -> bool {
         self.shards.get().map(|v| v.iter().all(|s| s.data.is_ready())).unwrap_or(false)
     }
     /// Assembles the whole value from the shards.
     pub(crate) fn gather(&self, aval: &ShapedArray) -> Result<Arc<Buffer>> {
         let shards = self.shards.get().ok_or_else(|| Error::runtime("internal error: sharded array without shards"))?;
+        if let Some(s) = shards.iter().find(|s| s.index.iter().all(|&(_, _, full)| full)) {
+            // A replica holds the whole value: it is the value (no copy).
+            let b = s.data.wait()?;
+            if b.shape() == aval.shape.as_slice() && b.dtype() == aval.dtype {
+                return Ok(b);
+            }
+        }
         let mut whole = Buffer::zeros(&aval.strong());
         let esize = aval.dtype.size_bytes();
         let mut done: Vec<&Vec<(usize, usize, bool)>> = vec![];

@@ -273,6 +273,13 @@ pub fn submit(outs: Vec<Arc<DeviceArray>>, f: impl FnOnce() -> Result<Vec<Buffer
 /// `submit` on device `device`'s worker: work on different devices runs concurrently;
 /// work on one device runs in submission order.
 pub fn submit_on(device: u32, outs: Vec<Arc<DeviceArray>>, f: impl FnOnce() -> Result<Vec<Buffer>> + Send + 'static) {
+    submit_on_shared(device, outs, move || f().map(|v| v.into_iter().map(Arc::new).collect()))
+}
+
+/// As [`submit_on`], for a job whose results may be buffers shared with other arrays
+/// (a partitioned program's `psum` result is one buffer every device of the group
+/// reads): no copy.
+pub(crate) fn submit_on_shared(device: u32, outs: Vec<Arc<DeviceArray>>, f: impl FnOnce() -> Result<Vec<Arc<Buffer>>> + Send + 'static) {
     let outs2 = outs.clone();
     let job: Job = Box::new(move || {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
@@ -280,7 +287,7 @@ pub fn submit_on(device: u32, outs: Vec<Arc<DeviceArray>>, f: impl FnOnce() -> R
         match r {
             Ok(bufs) if bufs.len() == outs2.len() => {
                 for (o, b) in outs2.iter().zip(bufs) {
-                    o.fulfil(Ok(Arc::new(b)));
+                    o.fulfil(Ok(b));
                 }
             }
             Ok(bufs) => {
