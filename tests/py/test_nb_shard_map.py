@@ -82,3 +82,10 @@ def test_jaxpr_and_jit(nb):
     text = outputs_text(cell_with(nb, "let matmul = shard_map"))
     m = re.search(r"max \|shard_map - matmul\| = (\S+)", text)
     assert m and float(m.group(1)) < 1e-4, text
+
+
+def test_jit_compiles_the_body(nb):
+    text = outputs_text(cell_with(nb, "%compile jm.call"))
+    assert "// jaxrepl: shard_map over Mesh('i': 4, 'j': 2" in text, text
+    assert "manual axes ('i', 'j'); path: partitioned (one per-device program on each of the 8 devices at once, 1 collective per device; no gather)" in text, text
+    assert "psum[axes=('j',) axis_index_groups=None]" in text and "dot_general" in text and "func.func" in text, text
