@@ -351,22 +351,37 @@ unsafe fn reduce_into(op: Op, dtype: DType, ins: &[&Buffer], dst: *mut u8, lo: u
 ///
 /// # Safety
 /// As [`reduce_into`], for `dst[at..at + hi - lo]`.
+/// `d[i] = f(..f(f(srcs[0][lo+i], srcs[1][lo+i]), ..), srcs[n-1][lo+i])`: every element
+/// combined in group order (bitwise-stable), in chunks that stay in cache across sources.
+#[inline(always)]
+fn combine<T: Copy>(d: &mut [T], srcs: &[&[T]], lo: usize, f: impl Fn(T, T) -> T) {
+    const CHUNK: usize = 4096;
+    let n = d.len();
+    let mut s = 0;
+    while s < n {
+        let e = (s + CHUNK).min(n);
+        let dc = &mut d[s..e];
+        dc.copy_from_slice(&srcs[0][lo + s..lo + e]);
+        for src in &srcs[1..] {
+            for (o, v) in dc.iter_mut().zip(&src[lo + s..lo + e]) {
+                *o = f(*o, *v);
+            }
+        }
+        s = e;
+    }
+}
+
 unsafe fn reduce_into_at(op: Op, dtype: DType, ins: &[&Buffer], dst: *mut u8, lo: usize, hi: usize, at: usize) -> Result<()> {
     macro_rules! go {
         ($t:ty, $add:expr, $max:expr, $min:expr) => {{
             let srcs: Vec<&[$t]> = ins.iter().map(|b| b.as_slice::<$t>()).collect::<std::result::Result<_, _>>().map_err(Error::runtime)?;
             // SAFETY: caller's contract.
             let d = unsafe { std::slice::from_raw_parts_mut((dst as *mut $t).add(at), hi - lo) };
-            let f: fn($t, $t) -> $t = match op {
-                Op::Sum => $add,
-                Op::Max => $max,
-                Op::Min => $min,
-            };
-            d.copy_from_slice(&srcs[0][lo..hi]);
-            for s in &srcs[1..] {
-                for (o, v) in d.iter_mut().zip(&s[lo..hi]) {
-                    *o = f(*o, *v);
-                }
+            // One monomorphized (inlined, vectorizable) loop per op, not a call per element.
+            match op {
+                Op::Sum => combine(d, &srcs, lo, $add),
+                Op::Max => combine(d, &srcs, lo, $max),
+                Op::Min => combine(d, &srcs, lo, $min),
             }
             Ok(())
         }};
