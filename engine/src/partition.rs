@@ -353,17 +353,19 @@ fn with_block_shape(j: &Jaxpr, from: &[usize], to: &[usize]) -> Jaxpr {
     }
 }
 
-/// A `scan` without `xs`/`ys` (`fori_loop`) or a `while` whose bodies are elementwise
-/// only, over values of one non-scalar shape (0-d values are then computed from 0-d
-/// values only, so every device agrees on them and on the loop's trip count), with an
-/// operand of that shape split: the loop runs per device on blocks laid out as that
-/// operand (the others resharded to it), its sub-jaxprs retyped to the block shape.
-/// Returns the results' layouts; `Ok(None)`: not such a loop (it runs whole).
+/// A `scan` without `xs`/`ys` (`fori_loop`), a `while` or a `cond` whose bodies are
+/// elementwise only, over values of one non-scalar shape (0-d values are then computed
+/// from 0-d values only, and 0-d operands are whole on every device, so every device
+/// agrees on them, on the loop's trip count and on the branch taken), with an operand of
+/// that shape split: it runs per device on blocks laid out as that operand (the others
+/// resharded to it), its sub-jaxprs retyped to the block shape.
+/// Returns the results' layouts; `Ok(None)`: not such an equation (it runs whole).
 fn loop_per_device(b: &mut Builder, vals: &mut HashMap<u32, Val>, e: &Eqn) -> Result<Option<Vec<Dims>>> {
     use Primitive::*;
     let subs: Vec<&Jaxpr> = match &e.primitive {
         Scan { jaxpr, num_consts, num_carry, .. } if e.inputs.len() == num_consts + num_carry && e.outputs.len() == *num_carry => vec![jaxpr],
         While { cond_jaxpr, body_jaxpr, .. } => vec![cond_jaxpr, body_jaxpr],
+        Cond { branches } => branches.iter().collect(),
         _ => return Ok(None),
     };
     let mut shape: Option<Vec<usize>> = None;
@@ -427,6 +429,7 @@ fn loop_per_device(b: &mut Builder, vals: &mut HashMap<u32, Val>, e: &Eqn) -> Re
             cond_nconsts: *cond_nconsts,
             body_nconsts: *body_nconsts,
         },
+        Cond { branches } => Cond { branches: branches.iter().map(|j| with_block_shape(j, &s, &blk.shape)).collect() },
         _ => return Ok(None),
     };
     let out_avals: Vec<ShapedArray> = e

@@ -380,8 +380,8 @@ fn sharding_constraint_under_vmap() {
     drop(f);
 }
 
-/// A `fori_loop` (a `scan` without xs) and a `while_loop` whose bodies are elementwise
-/// over sharded carries run per device on blocks (no gather); values equal the unsharded
+/// A `fori_loop` (a `scan` without xs), a `while_loop` and a `cond` whose bodies are
+/// elementwise over sharded values run per device on blocks (no gather); values equal the unsharded
 /// call and the result keeps the operand's sharding.
 #[test]
 fn elementwise_loops_run_per_device() {
@@ -415,6 +415,17 @@ fn elementwise_loops_run_per_device() {
     assert_eq!(typeof_(&z).to_string(), "float32[16@i,8]");
     let text = jit(g).lower((&px, &n)).unwrap().compile().unwrap().as_text();
     assert!(text.contains("while[") && !text.contains("all_gather["), "{text}");
+    // A cond on a global predicate (a psum'd sum: the same on every device) with
+    // elementwise branches runs per device too; both branches taken.
+    let c = |x: Array| -> Result<Array> { lax::cond(&x.sum().gt(0.0), |x: Array| x.sin() * 2.0, |x: Array| x.cos() - 1.0, x) };
+    for arg in [x.clone(), -&x] {
+        let parg = put(&arg, &mesh, P!("i", None));
+        let z = jit(c).call(&parg).unwrap();
+        close(&z, &jit(c).call(&arg).unwrap());
+        let text = jit(c).lower(&parg).unwrap().compile().unwrap().as_text();
+        assert!(text.contains("cond[") && !text.contains("all_gather[") && text.contains("psum["), "{text}");
+        assert_eq!(typeof_(&z).to_string(), "float32[16@i,8]");
+    }
     // A loop body that is not elementwise (a reduction) still runs whole, and right.
     let h = |x: Array| -> Result<Array> { lax::fori_loop(0, 3, |(_, c): (Array, Array)| -> Result<Array> { Ok(&c - c.mean()) }, x) };
     close(&jit(h).call(&px).unwrap(), &jit(h).call(&x).unwrap());
