@@ -350,6 +350,19 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     // SAFETY: a packed MLIR wrapper has the signature `void(void**)`.
     let entry: PackedFn = unsafe { std::mem::transmute::<*mut c_void, PackedFn>(ptr) };
     t.codegen = t3.elapsed().as_secs_f64();
+    if compile_times_env() {
+        eprintln!(
+            "jaxrepl compile {} O{}{}: parse {:.2} passes {:.2} engine {:.2} codegen {:.2} total {:.2} ms",
+            display_name(&module.text),
+            opts.opt_level,
+            if background { " (background)" } else { "" },
+            t.parse * 1e3,
+            t.passes * 1e3,
+            t.engine * 1e3,
+            t.codegen * 1e3,
+            t.total() * 1e3
+        );
+    }
     // The object is read back only for the cache; a failure just leaves it out.
     let object = keep_object.then(|| persistent::read_object(&engine)).flatten();
 
@@ -386,6 +399,14 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         object,
         parallel: par,
     }))
+}
+
+/// Whether the environment variable `JAXREPL_COMPILE_TIMES` is set (read once): every
+/// compile then prints its stage split (`CompileTimes`, ms) to stderr, for measuring
+/// first-call latency.
+fn compile_times_env() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("JAXREPL_COMPILE_TIMES").is_some())
 }
 
 /// All runtime symbols compiled code may call (host callbacks, `memrefCopy`, GEMM).
