@@ -418,3 +418,40 @@ fn multiply_add_contracts_into_fma() {
     let ll = exe.llvm_ir().unwrap();
     assert!(ll.contains("fmul contract") && ll.contains("fadd contract"), "{ll}");
 }
+
+/// `run_pipeline` reuses one parsed pass manager per (context, pipeline): interleaved
+/// compiles of different modules give each module the same optimized IR as its first
+/// compile and correct results, and a pipeline that does not parse is an error that
+/// leaves the cached managers usable.
+#[test]
+fn reused_pass_managers_give_the_same_ir_and_results() {
+    let n = 1024;
+    let sin = lower_jaxpr(&sin_x2_plus_1(n), "t", &LowerOptions::default()).unwrap();
+    let add = lower_jaxpr(&two_x_plus_y(), "t", &LowerOptions::default()).unwrap();
+    let opts = CompileOptions { opt_level: 0 };
+    let first = compile(&sin, &opts).unwrap();
+    let runs0 = context::pipeline_runs();
+    let a1 = compile(&add, &opts).unwrap();
+    // An unknown pass: an error, nothing cached.
+    {
+        let guard = context();
+        let diags = context::Diagnostics::capture(&guard.ctx);
+        let mut m = melior::ir::Module::parse(&guard.ctx, "module { func.func @f() { return } }").unwrap();
+        assert!(context::run_pipeline(&guard.ctx, &mut m, "builtin.module(no-such-pass)", &diags).is_err());
+    }
+    let again = compile(&sin, &opts).unwrap();
+    let a2 = compile(&add, &opts).unwrap();
+    assert!(context::pipeline_runs() >= runs0 + 6);
+    assert_eq!(first.optimized_ir(), again.optimized_ir());
+    assert_eq!(a1.optimized_ir(), a2.optimized_ir());
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 100.0).collect();
+    for exe in [&first, &again] {
+        let out = exe.execute(&[&buf(&[n], DType::F32, &x)]).unwrap();
+        for (i, &g) in out[0].as_slice::<f32>().unwrap().iter().enumerate() {
+            let want = (x[i] as f64).sin() * 2.0 + 1.0;
+            assert!((g as f64 - want).abs() < 1e-5, "{i}: {g} vs {want}");
+        }
+    }
+    let out = a2.execute(&[&buf(&[], DType::I32, &[5i32]), &buf(&[], DType::I32, &[-4i32])]).unwrap();
+    assert_eq!(out[0].as_slice::<i32>().unwrap(), &[6]);
+}
