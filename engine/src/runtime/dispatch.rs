@@ -305,19 +305,33 @@ pub(crate) fn submit_on_shared(device: u32, outs: Vec<Arc<DeviceArray>>, f: impl
 }
 
 /// Waits until all work dispatched so far has run on every started device worker (JAX's
-/// `effects_barrier`).
+/// `effects_barrier`). Each worker runs a marker job that signals a channel; the marker is
+/// no array, so the barrier itself never shows in any device's memory accounting.
+/// Errors: `KeyboardInterrupt` if the user interrupts the wait (the markers still run).
 pub fn barrier() -> Result<()> {
     let started: Vec<u32> = (0..workers().len()).filter(|&k| k == 0 || workers()[k].get().is_some()).map(|k| k as u32).collect();
-    let dones: Vec<_> = started
-        .into_iter()
-        .map(|k| {
-            let done = DeviceArray::pending(ShapedArray::scalar(crate::ir::DType::Bool));
-            submit_on(k, vec![done.clone()], || Ok(vec![Buffer::zeros(&ShapedArray::scalar(crate::ir::DType::Bool))]));
-            done
-        })
-        .collect();
-    for d in dones {
-        d.wait()?;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let mut pending = 0usize;
+    for k in started {
+        let tx = tx.clone();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(());
+        });
+        if worker(k).tx.lock().unwrap_or_else(|e| e.into_inner()).send(job).is_ok() {
+            pending += 1; // a stopped worker has nothing left to wait for
+        }
+    }
+    drop(tx);
+    while pending > 0 {
+        match rx.recv_timeout(Duration::from_millis(10)) {
+            Ok(()) => pending -= 1,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if interrupt::take_if_set() {
+                    return Err(Error::interrupted());
+                }
+            }
+        }
     }
     Ok(())
 }
