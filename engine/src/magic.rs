@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 thread_local! {
     static LAST_CALL: RefCell<Option<(String, Arc<CacheEntry>)>> = const { RefCell::new(None) };
+    /// The first error a jitted call returned while a magic waited for a call.
+    static LAST_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
     /// Depth of magics waiting for a call (`last_call`): calls are only recorded then.
     static CAPTURING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// The partitioned program texts of the last recorded call, when it ran partitioned:
@@ -48,8 +50,26 @@ pub(crate) fn note_call(name: &str, entry: &Arc<CacheEntry>) {
     LAST_CALL.with(|c| *c.borrow_mut() = Some((name.to_string(), entry.clone())));
 }
 
+/// Records the error a jitted call returned (kept only while a magic waits for a call, and
+/// only the first: an outer call failing because an inner one did keeps the inner error).
+pub(crate) fn note_error(e: &Error) {
+    if CAPTURING.with(|c| c.get()) == 0 {
+        return;
+    }
+    LAST_ERROR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(e.clone());
+        }
+    });
+}
+
+/// Runs `f` and returns the jitted call it made. Errors: the error of that call when it
+/// failed before it was traced (e.g. a shape error in the function: the same error the
+/// call alone gives), else `ValueError` when `f` made no jitted call.
 fn last_call<T>(f: impl FnOnce() -> T) -> Result<(String, Arc<CacheEntry>)> {
     LAST_CALL.with(|c| *c.borrow_mut() = None);
+    LAST_ERROR.with(|c| *c.borrow_mut() = None);
     LAST_PARTITIONED.with(|c| *c.borrow_mut() = None);
     struct Capture;
     impl Drop for Capture {
@@ -61,7 +81,12 @@ fn last_call<T>(f: impl FnOnce() -> T) -> Result<(String, Arc<CacheEntry>)> {
     let guard = Capture; // also ends the capture if `f` panics
     let _ = f();
     drop(guard);
-    LAST_CALL.with(|c| c.borrow_mut().take()).ok_or_else(|| {
+    let failed = LAST_ERROR.with(|c| c.borrow_mut().take());
+    let call = LAST_CALL.with(|c| c.borrow_mut().take());
+    if let (None, Some(e)) = (&call, failed) {
+        return Err(e);
+    }
+    call.ok_or_else(|| {
         Error::value_error(
             "the expression made no jitted call; magics inspect a call such as `f.call(&x)` where `f = jit(...)`",
         )

@@ -245,3 +245,26 @@ fn matmul_shape_mismatch_reads_like_jaxs_dot_general_error() {
     let ok = jnp::matmul(&a, &jnp::ones(&[4, 2], None)).unwrap();
     assert_eq!(ok.to_vec::<f32>().unwrap(), vec![4.0; 6]);
 }
+
+#[test]
+fn magics_show_the_error_of_a_call_that_fails_to_trace() {
+    // `%jaxpr f.call(&x)` on a function whose trace fails gives the call's own error (with
+    // the user's line), not "the expression made no jitted call".
+    let f = jit(|x: Array| x.sum_axes(&[5])); // magic-trace-error
+    let x = jnp::ones(&[4, 5], None);
+    let alone = f.call(&x).unwrap_err();
+    for e in [
+        jax::magic::jaxpr(|| f.call(&x)).unwrap_err(),
+        jax::magic::lower(|| f.call(&x)).unwrap_err(),
+        jax::magic::cost(|| f.call(&x)).unwrap_err(),
+    ] {
+        assert_eq!(e, alone);
+        assert_eq!(e.to_string(), "ValueError: sum: axis 5 is out of bounds for array of dimension 2");
+        located_at(&e, "// magic-trace-error");
+    }
+    // An expression with no jitted call still says so; a later good call is shown.
+    let e = jax::magic::jaxpr(|| 1 + 1).unwrap_err();
+    assert!(e.message.contains("made no jitted call"), "{e}");
+    let g = jit(|x: Array| x.sum_axes(&[1]));
+    assert!(jax::magic::jaxpr(|| g.call(&x)).unwrap().to_string().contains("reduce_sum"));
+}

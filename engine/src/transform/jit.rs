@@ -464,6 +464,17 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     #[track_caller]
     pub fn call(&self, args: impl Args<A>) -> Result<R> {
         let loc = Location::caller();
+        let r = self.call_at(args, loc);
+        if let Err(e) = &r {
+            // A magic inspecting this call shows why it failed (`%jaxpr f.call(&x)` on a
+            // function whose trace fails).
+            crate::magic::note_error(e);
+        }
+        r
+    }
+
+    /// `call` with the caller's location given.
+    fn call_at(&self, args: impl Args<A>, loc: &'static Location<'static>) -> Result<R> {
         let mut flat = self.flatten(args)?;
         if !trace::is_tracing() {
             self.place_inputs(&mut flat)?;
