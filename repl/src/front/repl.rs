@@ -123,7 +123,7 @@ pub fn run(opts: SessionOptions) -> Result<()> {
                 let _ = editor.save_history(&history);
                 let t0 = Instant::now();
                 if !session.borrow().is_ready() {
-                    eprintln!("(the session is still starting: evaluation process and engine prelude; Ctrl-C stops waiting)");
+                    eprintln!("(the session is still starting: its evaluation process is not ready yet; Ctrl-C stops waiting)");
                 }
                 // A cell's requests for input (debug::breakpoint!'s jdb prompt) read a line here.
                 let mut read_input = |prompt: &str| -> Option<String> {
