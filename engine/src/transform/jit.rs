@@ -536,21 +536,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                     if crate::magic::capturing() {
                         // %lower / %compile --stage read the whole program too.
                         self.compiled(&entry)?;
-                        crate::magic::note_partitioned(crate::partition::describe_call(&entry.jaxpr, &ins, &mesh, &want, &opts));
                     }
-                    crate::magic::note_call(&self.inner.name, &entry);
-                    if traced_now {
-                        explain::record(Event {
-                            function: self.explain_name(),
-                            call_site: source_info(loc),
-                            trace_miss: true,
-                            trace_secs: entry.trace_secs,
-                            executable_hit: false,
-                            compile_secs: t0.elapsed().as_secs_f64(),
-                            reason: None,
-                            persistent: None,
-                        });
-                    }
+                    self.note_partitioned_call(&entry, &ins, &mesh, &want, &opts, traced_now, loc, t0);
                 }
             }
             place
@@ -640,24 +627,42 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want, &opts, &entry.out_kinds)?
         };
         if outs.is_some() {
-            crate::magic::note_call(&self.inner.name, entry);
-            if crate::magic::capturing() {
-                crate::magic::note_partitioned(crate::partition::describe_call(&entry.jaxpr, &ins, &mesh, &want, &opts));
-            }
-            if traced_now {
-                explain::record(Event {
-                    function: self.explain_name(),
-                    call_site: source_info(loc),
-                    trace_miss: true,
-                    trace_secs: entry.trace_secs,
-                    executable_hit: false,
-                    compile_secs: t0.elapsed().as_secs_f64(),
-                    reason: None,
-                    persistent: None,
-                });
-            }
+            self.note_partitioned_call(entry, &ins, &mesh, &want, &opts, traced_now, loc, t0);
         }
         Ok(outs)
+    }
+
+    /// Records a call that ran partitioned: for magics (the call and its per-device program
+    /// texts, `partition::describe_call`) and, when it was traced now, for `%explain` (a
+    /// trace miss whose segments compiled since `t0`).
+    #[allow(clippy::too_many_arguments)]
+    fn note_partitioned_call(
+        &self,
+        entry: &Arc<CacheEntry>,
+        ins: &[Arc<DeviceArray>],
+        mesh: &crate::sharding::Mesh,
+        want: &[Option<crate::sharding_rules::Dims>],
+        opts: &StageOptions,
+        traced_now: bool,
+        loc: &'static Location<'static>,
+        t0: Instant,
+    ) {
+        crate::magic::note_call(&self.inner.name, entry);
+        if crate::magic::capturing() {
+            crate::magic::note_partitioned(crate::partition::describe_call(&entry.jaxpr, ins, mesh, want, opts));
+        }
+        if traced_now {
+            explain::record(Event {
+                function: self.explain_name(),
+                call_site: source_info(loc),
+                trace_miss: true,
+                trace_secs: entry.trace_secs,
+                executable_hit: false,
+                compile_secs: t0.elapsed().as_secs_f64(),
+                reason: None,
+                persistent: None,
+            });
+        }
     }
 
     /// Runs a jaxpr holding `shard_map` equations with `eval_jaxpr`: each other equation
