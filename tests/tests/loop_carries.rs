@@ -344,3 +344,39 @@ fn a_large_tensor_carry_on_the_parallel_path() {
         close(got[k], x + 2.0 * v0[k] as f64, 1e-5, &format!("element {k}"));
     }
 }
+
+/// The bench's scan (`c = c*0.9 + sin(x_i)`, emitting `sum(c)`) over f32[16] carries: its
+/// small buffers (the carry, the sum's 0-d accumulator) are stack allocations
+/// (`promote-buffers-to-stack`, no heap allocation left in the optimized module), and the
+/// final carry and every emitted sum match an f64 loop.
+#[test]
+fn a_small_scan_keeps_its_buffers_on_the_stack() {
+    let f = jit(|(c0, xs): (Array, Array)| {
+        lax::scan(|(c, xi): (Array, Array)| -> Result<(Array, Array)> {
+            let c = c * 0.9 + xi.sin();
+            let s = c.sum();
+            Ok((c, s))
+        }, c0, xs, None, false, 1)
+    });
+    let (steps, n) = (300usize, 16usize);
+    let c0: Vec<f32> = (0..n).map(|j| j as f32 * 0.25 - 2.0).collect();
+    // Arguments of both signs and magnitudes up to ~3e6 (the exact trig reduction too).
+    let xs: Vec<f32> = (0..steps * n).map(|k| ((k as f32 * 0.618).sin() * 4.0).powi(3) * if k % 97 == 0 { 5e4 } else { 1.0 }).collect();
+    let (ca, xa) = (Array::from_vec(c0.clone(), &[n]).unwrap(), Array::from_vec(xs.clone(), &[steps, n]).unwrap());
+    let opt = f.trace((&ca, &xa)).unwrap().lower().unwrap().compile().unwrap().as_text_stage(Stage::Optimized).unwrap();
+    assert!(opt.contains("memref.alloca"), "{opt}");
+    assert!(!opt.contains("memref.alloc()"), "{opt}");
+    let (c, ys) = f.call((&ca, &xa)).unwrap();
+    let mut want: Vec<f64> = c0.iter().map(|&v| v as f64).collect();
+    let ys = f64s(&ys);
+    assert_eq!(ys.len(), steps);
+    for (t, y) in ys.iter().enumerate() {
+        for (j, w) in want.iter_mut().enumerate() {
+            *w = *w * 0.9 + (xs[t * n + j] as f64).sin();
+        }
+        close(*y, want.iter().sum(), 1e-4, &format!("sum at step {t}"));
+    }
+    for (g, w) in f64s(&c).iter().zip(&want) {
+        close(*g, *w, 1e-4, "final carry");
+    }
+}

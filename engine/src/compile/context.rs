@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// would lower to the `__truncsfbf2` libcall the JIT cannot resolve.
 pub const PIPELINE_TO_LOOPS: &str = "builtin.module(arith-expand{include-bf16=true},inline{default-pipeline=},symbol-dce,linalg-generalize-named-ops,linalg-fuse-elementwise-ops,\
 eliminate-empty-tensors,one-shot-bufferize{allow-return-allocs-from-loops bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
-func.func(buffer-loop-hoisting),buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
+func.func(buffer-loop-hoisting,promote-buffers-to-stack{max-alloc-size-in-bytes=1024}),buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
 
 /// The passes of [`PIPELINE_TO_LOOPS`] up to elementwise fusion, on tensors.
 pub const PIPELINE_TO_LOOPS_FUSE: &str =
@@ -35,8 +35,13 @@ pub const PIPELINE_TO_LOOPS_FUSE: &str =
 /// (before the deallocation pipeline) moves a loop body's fixed-size temporaries that do
 /// not escape an iteration (a reduction's 0-d accumulator, a matmul result read by the
 /// carry update) out of the loop: one allocation per call instead of one per iteration.
+/// `promote-buffers-to-stack` then turns the small ones (≤ 1 KiB, static shape, not inside
+/// a loop, not escaping: a scan's 0-d sum accumulator, a small carry buffer) into
+/// `memref.alloca`s: no `malloc`/`free` per call, and LLVM's SROA/mem2reg keeps a 0-d
+/// accumulator in a register instead of storing it once per element (it also proves
+/// the buffer distinct from the arguments, so no runtime alias check versions the loop).
 pub const PIPELINE_TO_LOOPS_REST: &str = "builtin.module(eliminate-empty-tensors,one-shot-bufferize{allow-return-allocs-from-loops bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
-func.func(buffer-loop-hoisting),buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
+func.func(buffer-loop-hoisting,promote-buffers-to-stack{max-alloc-size-in-bytes=1024}),buffer-deallocation-pipeline,convert-bufferization-to-memref,convert-linalg-to-loops,canonicalize,cse)";
 
 /// The name `diff_passes` shows for the step between the two halves of
 /// [`PIPELINE_TO_LOOPS`] (`inplace::loop_carries_in_place`, not an MLIR pass); also part of
