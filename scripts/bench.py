@@ -186,13 +186,13 @@ def load(path):
         return json.load(f)
 
 
-def run_ours(binary, quick, timeout):
-    """Our figures, or (None, reason)."""
+def run_ours(binary, quick, timeout, only=None):
+    """Our figures (only the parts in `only`, a comma-separated list, if given), or (None, reason)."""
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         return None, ("our bench binary %s is not built (docs/bench.md: "
                       "`cargo build --release --bin bench`)" % binary)
-    cmd = [binary] + (["--quick"] if quick else [])
-    print("[bench] running %s (two minutes or so) ..." % " ".join(cmd), file=sys.stderr, flush=True)
+    cmd = [binary] + (["--quick"] if quick else []) + (["--only", only] if only else [])
+    print("[bench] running %s ..." % " ".join(cmd), file=sys.stderr, flush=True)
     try:
         p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, timeout=timeout, preexec_fn=boost)
     except subprocess.TimeoutExpired:
@@ -205,7 +205,6 @@ def run_ours(binary, quick, timeout):
         return None, "%s did not print one JSON object on stdout (%s)" % (binary, e)
     if data.get("schema") != "jaxrepl-bench/2":
         return None, "%s printed schema %r, expected jaxrepl-bench/2" % (binary, data.get("schema"))
-    save(os.path.join(CACHE, "ours.json"), data)
     return data, None
 
 
@@ -213,18 +212,19 @@ def venv_python():
     return os.path.join(ROOT, ".venv-jax", "bin", "python")
 
 
-def run_jax(shared, quick, timeout):
-    """JAX's figures and the machine limits from the shared bench script, or (None, reason)."""
+def run_jax(shared, quick, timeout, only=JAX_PARTS):
+    """JAX's figures and the machine limits from the shared bench script (its parts in `only`),
+    or (None, reason)."""
     script = os.path.join(shared, "bench", "jax_bench.py")
     python = venv_python()
     if not os.path.isfile(script):
         return None, "%s not found (is ../shared there?)" % script
     if not os.path.isfile(python):
         return None, "%s not found: run scripts/setup.sh --bench" % python
-    cmd = [python, script, "--only", JAX_PARTS, "--no-save"]
+    cmd = [python, script, "--only", only, "--no-save"]
     if quick:
         cmd += ["--quick", "--reps", "3", "--compile-reps", "3"]
-    print("[bench] running jax_bench.py --only %s (several minutes) ..." % JAX_PARTS, file=sys.stderr, flush=True)
+    print("[bench] running jax_bench.py --only %s ..." % only, file=sys.stderr, flush=True)
     # It writes scratch files into its working directory: keep them out of the clone.
     with tempfile.TemporaryDirectory(prefix="jaxrepl-bench-") as tmp:
         try:
@@ -239,8 +239,57 @@ def run_jax(shared, quick, timeout):
         data = json.loads(p.stdout.decode())
     except ValueError as e:
         return None, "jax_bench.py printed no JSON (%s)" % e
-    save(os.path.join(CACHE, "jax.json"), data)
     return data, None
+
+
+# Each workload part runs on our side and then at once on JAX's, so both sides of a row see
+# the same machine load (the machine is shared; latency-bound rows such as the scalar loops
+# follow the load up to 2x between minutes). The machine limits come next, then our training
+# step and memory parts, right before JAX's side of them (run_jax_extra).
+PAIRED_PARTS = ["compile", "dispatch", "throughput", "loops", "multidevice"]
+OURS_ONLY_PARTS = ["train", "memory"]
+JAX_ONLY_PARTS = ["numpy_limits", "stream_c"]
+
+
+def merge(into, doc):
+    """Adds `doc`'s parts (and any top-level key `into` lacks) to `into`; returns `into`."""
+    if into is None:
+        return doc
+    for k, v in doc.items():
+        if k == "parts":
+            for part, body in v.items():
+                into["parts"].setdefault(part, body)
+        else:
+            into.setdefault(k, v)
+    return into
+
+
+def run_paired(binary, shared, quick, timeout):
+    """Both sides part by part, ours first: ((ours, why), (jax, why))."""
+    ours = jax = None
+    owhy = jwhy = None
+    for part in PAIRED_PARTS:
+        if owhy is None:
+            d, owhy = run_ours(binary, quick, timeout, part)
+            if d is not None:
+                ours = merge(ours, d)
+        if jwhy is None:
+            d, jwhy = run_jax(shared, quick, timeout, part)
+            if d is not None:
+                jax = merge(jax, d)
+    if jwhy is None:
+        d, jwhy = run_jax(shared, quick, timeout, ",".join(JAX_ONLY_PARTS))
+        if d is not None:
+            jax = merge(jax, d)
+    if owhy is None:
+        d, owhy = run_ours(binary, quick, timeout, ",".join(OURS_ONLY_PARTS))
+        if d is not None:
+            ours = merge(ours, d)
+    if ours is not None:
+        save(os.path.join(CACHE, "ours.json"), ours)
+    if jax is not None:
+        save(os.path.join(CACHE, "jax.json"), jax)
+    return (ours, owhy), (jax, jwhy)
 
 
 # JAX's side of our extra figures, with jax_bench.py's own workloads and helpers. Run
@@ -635,18 +684,24 @@ def main():
     load_start = os.getloadavg()
 
     problems = []
-    if a.ours_json:
-        ours, why = load(a.ours_json), None
+    jax_json = a.jax_json or (os.path.join(CACHE, "jax.json") if a.skip_jax else None)
+    if not a.ours_json and not jax_json:
+        (ours, why), (jax, jwhy) = run_paired(a.bin, a.shared, a.quick, a.timeout)
     else:
-        ours, why = run_ours(a.bin, a.quick, a.timeout)
+        if a.ours_json:
+            ours, why = load(a.ours_json), None
+        else:
+            ours, why = run_ours(a.bin, a.quick, a.timeout)
+            if ours is not None:
+                save(os.path.join(CACHE, "ours.json"), ours)
+        if jax_json:
+            jax, jwhy = (load(jax_json), None) if os.path.isfile(jax_json) else (None, "%s not found" % jax_json)
+        else:
+            jax, jwhy = run_jax(a.shared, a.quick, a.timeout)
+            if jax is not None:
+                save(os.path.join(CACHE, "jax.json"), jax)
     if why:
         problems.append("ours: " + why)
-
-    jax_json = a.jax_json or (os.path.join(CACHE, "jax.json") if a.skip_jax else None)
-    if jax_json:
-        jax, jwhy = (load(jax_json), None) if os.path.isfile(jax_json) else (None, "%s not found" % jax_json)
-    else:
-        jax, jwhy = run_jax(a.shared, a.quick, a.timeout)
     if jwhy:
         problems.append("JAX: " + jwhy)
     xpath = os.path.join(CACHE, "jax_extra.json")
