@@ -113,13 +113,15 @@ fn diff_passes_shows_what_each_pass_changed() {
     let d = f.trace(&x).unwrap().lower().unwrap().diff_passes().unwrap();
     let names: Vec<&str> = d.0.iter().map(|p| p.pass.as_str()).collect();
     // Every pass of both pipelines ran, in order, with the in-place rewrite of loop carries
-    // between fusion and bufferization.
-    use jax::compile::context::{LOOP_CARRIES_IN_PLACE, PIPELINE_TO_LOOPS, PIPELINE_TO_LOOPS_FUSE, PIPELINE_TO_LOOPS_REST};
+    // between fusion and bufferization and results written into the output parameters
+    // after the loop pipeline.
+    use jax::compile::context::{LOOP_CARRIES_IN_PLACE, OUTPUTS_IN_PLACE, PIPELINE_TO_LOOPS, PIPELINE_TO_LOOPS_FUSE, PIPELINE_TO_LOOPS_REST};
     let mut all = jax::compile::split_pipeline(PIPELINE_TO_LOOPS_FUSE);
     let rest = jax::compile::split_pipeline(PIPELINE_TO_LOOPS_REST);
     assert_eq!(jax::compile::split_pipeline(PIPELINE_TO_LOOPS), [all.clone(), rest.clone()].concat());
     all.push(LOOP_CARRIES_IN_PLACE.to_string());
     all.extend(rest);
+    all.push(OUTPUTS_IN_PLACE.to_string());
     all.extend(jax::compile::split_pipeline(jax::compile::context::PIPELINE_TO_LLVM));
     // Then the compile's own step on the LLVM dialect: FMA contraction allowed.
     all.push("allow-fp-contraction".to_string());

@@ -104,6 +104,14 @@ fn cases() -> Vec<Case> {
         (vec![3, 200, 130], vec![3, 130, 190], [&[2], &[1], &[0], &[0]]),
         // One product large enough to be threaded inside, odd sizes.
         (vec![257, 300], vec![300, 129], [&[1], &[0], &[], &[]]),
+        // Products the runtime cuts into row or column panels run on two threads
+        // (`compile::gemm::plan`), odd sizes: column panels (m <= n), with the rhs
+        // transposed (A B^T); row panels (m > n) with the lhs transposed (A^T B); a batch
+        // of three with row panels each.
+        (vec![130, 257], vec![257, 333], [&[1], &[0], &[], &[]]),
+        (vec![150, 200], vec![333, 200], [&[1], &[1], &[], &[]]),
+        (vec![200, 390], vec![200, 150], [&[0], &[0], &[], &[]]),
+        (vec![3, 100, 300], vec![3, 100, 140], [&[1], &[1], &[0], &[0]]),
         // Two contracting dims, in swapped order on the rhs; several free dims.
         (vec![6, 7, 8, 9], vec![9, 8, 10], [&[2, 3], &[1, 0], &[], &[]]),
         (vec![6, 7, 8, 9], vec![8, 9, 10], [&[3, 2], &[1, 0], &[], &[]]),
@@ -210,6 +218,54 @@ fn large_products_call_the_gemm_runtime_without_copies() {
     let k = jit(|i: Array| i.matmul(&i));
     assert!(!k.lower(&i).unwrap().as_text().contains("jaxrepl_gemm"));
     assert_eq!(k.call(&i).unwrap().to_vec::<i32>().unwrap(), vec![64; 64 * 64]);
+}
+
+#[test]
+fn unused_products_are_not_computed() {
+    // grad with respect to `w` only of sum(tanh(x @ w)): the cotangent of the closed-over
+    // `x` (g @ w^T) is dead code, so the compiled module calls the GEMM runtime twice
+    // (forward product and the weight cotangent), not three times.
+    let (x, xv) = host(&[96, 80], 21);
+    let (w, wv) = host(&[80, 70], 22);
+    let f = jit(move |(x, w): (Array, Array)| grad(move |w: Array| x.matmul(&w).tanh().sum())(w).unwrap());
+    let compiled = f.lower((&x, &w)).unwrap().compile().unwrap();
+    let text = compiled.as_text();
+    assert_eq!(text.matches("call @jaxrepl_gemm_f32").count(), 2, "{text}");
+    // dL/dw = x^T (1 - tanh(x w)^2).
+    let (m, k, n) = (96, 80, 70);
+    let mut g = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let h: f64 = (0..k).map(|p| xv[i * k + p] * wv[p * n + j]).sum();
+            g[i * n + j] = 1.0 - h.tanh().powi(2);
+        }
+    }
+    let want: Vec<f64> = (0..k * n).map(|e| (0..m).map(|i| xv[i * k + e / n] * g[i * n + e % n]).sum()).collect();
+    check("grad of sum(tanh(x @ w))", &f.call((&x, &w)).unwrap(), &[k, n], &want, 1e-4);
+}
+
+#[test]
+fn products_are_computed_in_the_output_buffers() {
+    // A product returned as is, twice (the second output is a copy of the first), and one
+    // also read after the call inside the program: the GEMM writes the first output's
+    // buffer directly, with no temporary and no copy of it; values as the reference.
+    let (a, av) = host(&[130, 257], 31);
+    let (b, bv) = host(&[257, 333], 32);
+    let (_, want) = reference(&[130, 257], &av, &[257, 333], &bv, &[1], &[0], &[], &[]);
+    let f = jit(|(a, b): (Array, Array)| a.matmul(&b));
+    let compiled = f.lower((&a, &b)).unwrap().compile().unwrap();
+    let text = compiled.as_text();
+    assert!(text.contains("call @jaxrepl_gemm_f32") && !text.contains("memref.alloc") && !text.contains("memref.copy"), "{text}");
+    check("a @ b into its output", &f.call((&a, &b)).unwrap(), &[130, 333], &want, 1e-4);
+    let g = jit(|(a, b): (Array, Array)| {
+        let p = a.matmul(&b);
+        (p.clone(), p.clone(), p.tanh())
+    });
+    let (p, q, t) = g.call((&a, &b)).unwrap();
+    check("first output", &p, &[130, 333], &want, 1e-4);
+    check("second output", &q, &[130, 333], &want, 1e-4);
+    let tw: Vec<f64> = want.iter().map(|v| v.tanh()).collect();
+    check("tanh of the product", &t, &[130, 333], &tw, 1e-4);
 }
 
 #[test]

@@ -48,12 +48,20 @@ func.func(buffer-loop-hoisting,promote-buffers-to-stack{max-alloc-size-in-bytes=
 /// the persistent cache key.
 pub const LOOP_CARRIES_IN_PLACE: &str = "jaxrepl-loop-carries-in-place";
 
+/// The name `diff_passes` shows for the step after [`PIPELINE_TO_LOOPS`] that writes
+/// results straight into the output parameters (`inplace::outputs_in_place`, not an MLIR
+/// pass); also part of the persistent cache key.
+pub const OUTPUTS_IN_PLACE: &str = "jaxrepl-outputs-in-place";
+
 /// Runs [`PIPELINE_TO_LOOPS`] on `module`: fusion, the in-place rewrite of loop carries
-/// (`super::inplace`), then bufferization to loops. Errors as [`run_pipeline`].
+/// (`super::inplace`), then bufferization to loops, then results written straight into
+/// the output parameters ([`OUTPUTS_IN_PLACE`]). Errors as [`run_pipeline`].
 pub fn run_to_loops(ctx: &Context, module: &mut Module, diags: &Diagnostics) -> Result<(), Error> {
     run_pipeline(ctx, module, PIPELINE_TO_LOOPS_FUSE, diags)?;
     super::inplace::loop_carries_in_place(module);
-    run_pipeline(ctx, module, PIPELINE_TO_LOOPS_REST, diags)
+    run_pipeline(ctx, module, PIPELINE_TO_LOOPS_REST, diags)?;
+    super::inplace::outputs_in_place(module);
+    Ok(())
 }
 
 /// The passes from loops on memrefs to the LLVM dialect. `convert-math-to-funcs` expands

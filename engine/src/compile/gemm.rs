@@ -9,13 +9,13 @@
 //! rhs as `[b, k, n]` with element strides (batch, row, column) it computes at compile time
 //! from the operands' static row-major shapes; the output is a fresh row-major `[b, m, n]`
 //! buffer (`memref.alloc`, written here in full). The products run on the `gemm` crate
-//! (faer's BLIS-style packed micro-kernels; it detects AVX-512/AVX2/FMA at run time, and
-//! splits one product of at least [`GEMM_THREADING_MIN`] multiply-adds over rayon's
-//! threads). It replaced `matrixmultiply` after measuring both on this machine (2 cores,
-//! AVX-512; `tests/src/bin/gemm_probe.rs rawcmp`): per CPU-second it gave 1.2–1.4× at
-//! 256–2048, 1.6× on `[16,512,512]` and 2.2× on `[256,64,64]` batches. Batches of products
-//! (several products, or products too small to thread) are instead split over threads
-//! here, each product on one thread: no synchronisation inside a product.
+//! (faer's BLIS-style packed micro-kernels; it detects AVX-512/AVX2/FMA at run time). It
+//! replaced `matrixmultiply` after measuring both on this machine (2 cores, AVX-512;
+//! `tests/src/bin/gemm_probe.rs rawcmp`): per CPU-second it gave 1.2–1.4× at 256–2048,
+//! 1.6× on `[16,512,512]` and 2.2× on `[256,64,64]` batches. Threading is ours, not the
+//! crate's ([`plan`]): the batch and each product's row or column panels are cut into
+//! units, each a single-threaded `gemm` call, run on the calling thread and rayon's in
+//! one fork/join — no synchronisation inside a product.
 //!
 //! Invariants: the operand descriptors are contiguous row-major (the lowering asks for
 //! identity-layout memrefs; a descriptor that is not is reported as an execution `Error`
@@ -24,13 +24,13 @@
 
 use std::ffi::c_void;
 
-/// Batches with at least this many multiply-adds in all are split over threads (when they
-/// have at least two products and each product is small or there are many of them).
-const BATCH_SPLIT_MIN: usize = 1 << 20;
+/// Products (or batches) with fewer multiply-adds than this in all run on the calling
+/// thread: below it a fork/join costs more than it saves.
+const SPLIT_MIN: usize = 1 << 20;
 
-/// The `gemm` crate threads one product from this many multiply-adds (its
-/// `DEFAULT_THREADING_THRESHOLD`, 48·48·256); smaller products run on one thread.
-const GEMM_THREADING_MIN: usize = 48 * 48 * 256;
+/// Panels are at least this many rows or columns, and panel boundaries fall on multiples of
+/// it (a multiple of the `gemm` crate's AVX-512/AVX2 f32 and f64 micro-tile sizes).
+const PANEL_ALIGN: usize = 64;
 
 /// The element types we multiply (`gemm::gemm` is generic over them).
 trait Elem: Copy + Send + Sync + 'static {
@@ -49,23 +49,23 @@ impl Elem for f64 {
 }
 
 /// `c = a·b` for an `m×k` matrix `a` with element strides (`rsa`, `csa`), a `k×n` matrix
-/// `b` likewise, into the row-major `m×n` matrix `c` (not read), on `threads` threads
-/// (1: this one).
+/// `b` likewise, into the `m×n` matrix `c` with row stride `ldc` (column stride 1; not
+/// read), on `threads` threads (1: this one, else `gemm`'s own rayon threading).
 ///
 /// # Safety
 /// The pointers and strides describe valid, non-overlapping matrices.
 #[allow(clippy::too_many_arguments)]
-unsafe fn product<T: Elem>(m: usize, k: usize, n: usize, a: *const T, rsa: isize, csa: isize, b: *const T, rsb: isize, csb: isize, c: *mut T, threads: usize) {
+unsafe fn product<T: Elem>(m: usize, k: usize, n: usize, a: *const T, rsa: isize, csa: isize, b: *const T, rsb: isize, csb: isize, c: *mut T, ldc: usize, threads: usize) {
     let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     // SAFETY: forwarded caller contract. `gemm` computes dst = α·dst + β·lhs·rhs and does
     // not read dst when `read_dst` is false.
-    unsafe { gemm::gemm(m, n, k, c, 1, n as isize, false, a, csa, rsa, b, csb, rsb, T::ZERO, T::ONE, false, false, false, par) }
+    unsafe { gemm::gemm(m, n, k, c, 1, ldc as isize, false, a, csa, rsa, b, csb, rsb, T::ZERO, T::ONE, false, false, false, par) }
 }
 
-/// A raw pointer that may cross to the batch worker threads (each writes its own batches).
+/// A raw pointer that may cross to the worker threads (each writes its own panels).
 #[derive(Clone, Copy)]
 struct Ptr<T>(*mut T);
-// SAFETY: workers touch disjoint output batches and only read the inputs.
+// SAFETY: workers touch disjoint output panels and only read the inputs.
 unsafe impl<T> Send for Ptr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for Ptr<T> {}
@@ -98,6 +98,87 @@ unsafe fn contiguous<T>(rank: i64, desc: *const i64) -> Result<(*mut T, usize), 
     Ok((unsafe { (w[1] as *mut T).offset(w[2] as isize) }, expect as usize))
 }
 
+/// How a batch of products is spread over threads (see [`plan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    /// Each product is cut into this many panels (1: whole products).
+    panels: usize,
+    /// Panels cut the output's rows (true) or its columns (false).
+    by_rows: bool,
+    /// Worker threads, each running a contiguous range of the `batch × panels` units one
+    /// after another on one thread (1: all on the calling thread).
+    workers: usize,
+    /// Threads `gemm` itself uses inside each product (more than 1 only when the plan
+    /// leaves threading to it, `JAXREPL_GEMM_PANELS=0`).
+    inner: usize,
+}
+
+/// How to run a batch of `nb` products of `m×k·k×n` on `cores` threads.
+///
+/// Below [`SPLIT_MIN`] multiply-adds in all, or on one core, everything runs on the
+/// calling thread. Otherwise the work is cut into `nb × panels` units, each a
+/// single-threaded `gemm` call, spread over `workers` threads in one fork/join: every
+/// product is cut into `panels` row or column panels when there are fewer products than
+/// cores (or a count that does not divide evenly among them, up to 4 per core), so that
+/// every thread gets the same share. Panels cut the output's columns when `m ≤ n` (each
+/// thread packs the whole `a` and its share of `b`, the larger operand) and its rows
+/// otherwise, at least [`PANEL_ALIGN`] wide.
+///
+/// Measured on this machine (2 cores, AVX-512; `tests/src/bin/gemm_probe.rs shapes`): on
+/// the MLP's `[128,512]·[512,512]` and `[128,512]·[512,512]ᵀ` products, two column
+/// panels ran 1.5–2.3× faster than `gemm`'s own rayon threading, which often left the
+/// second core idle (several fork/joins per product); on 1024² and 2048² both were within
+/// the run-to-run noise. `legacy` (`JAXREPL_GEMM_PANELS=0`) keeps the previous plan for
+/// comparison: batches of small products split over threads, single products threaded
+/// by `gemm`.
+fn plan(nb: usize, m: usize, n: usize, k: usize, cores: usize, legacy: bool) -> Plan {
+    let serial = Plan { panels: 1, by_rows: false, workers: 1, inner: 1 };
+    let each = m.saturating_mul(n).saturating_mul(k);
+    if cores <= 1 || nb == 0 || nb.saturating_mul(each) < SPLIT_MIN {
+        return serial;
+    }
+    if legacy {
+        // `gemm`'s own threading starts at 48·48·256 multiply-adds per product.
+        return if nb >= 2 && (each < 48 * 48 * 256 || nb >= 2 * cores) {
+            Plan { panels: 1, by_rows: false, workers: cores.min(nb), inner: 1 }
+        } else {
+            Plan { inner: cores, ..serial }
+        };
+    }
+    let by_rows = m > n;
+    let extent = if by_rows { m } else { n };
+    let max_panels = (extent / PANEL_ALIGN).max(1);
+    // Panels per product so that nb·panels units divide evenly among the cores.
+    let want = if nb >= 4 * cores { 1 } else { cores / gcd(nb, cores) };
+    let panels = want.min(max_panels).max(1);
+    let units = nb * panels;
+    Plan { panels, by_rows, workers: cores.min(units), inner: 1 }
+}
+
+/// Greatest common divisor.
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The `[start, end)` range of panel `j` of `parts` over `extent` rows or columns:
+/// boundaries at multiples of [`PANEL_ALIGN`] (the last panel takes the rest).
+fn panel_range(j: usize, parts: usize, extent: usize) -> (usize, usize) {
+    let blocks = extent.div_ceil(PANEL_ALIGN);
+    let at = |i: usize| ((blocks * i / parts) * PANEL_ALIGN).min(extent);
+    (at(j), at(j + 1))
+}
+
+/// Whether `JAXREPL_GEMM_PANELS=0` asks for the previous threading plan (read once; for
+/// A/B measurements with `gemm_probe`).
+fn legacy_plan() -> bool {
+    static LEGACY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LEGACY.get_or_init(|| std::env::var("JAXREPL_GEMM_PANELS").is_ok_and(|v| v.trim() == "0"))
+}
+
 /// `out[p] = lhs[p] · rhs[p]` for every batch `p`, as described in the module docs.
 fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]) {
     let result = std::panic::catch_unwind(|| {
@@ -121,22 +202,41 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
         }
         let [abs, ars, acs, bbs, brs, bcs] = strides.map(|x| x as isize);
         let (a, b, c) = (Ptr(a), Ptr(b), Ptr(c));
-        let (split, inner) = threads(nb, m, n, k, super::parallel::num_threads());
-        let one = move |p: usize| {
+        let pl = plan(nb, m, n, k, super::parallel::num_threads(), legacy_plan());
+        let extent = if pl.by_rows { m } else { n };
+        // Unit `u`: panel `u % panels` of product `u / panels`.
+        let unit = move |u: usize| {
+            let (p, j) = (u / pl.panels, u % pl.panels);
+            let (lo, hi) = panel_range(j, pl.panels, extent);
+            if lo >= hi {
+                return;
+            }
+            let (a0, b0, c0) = (p as isize * abs, p as isize * bbs, p * m * n);
             // SAFETY: the lowering computed these strides from the operands' shapes, so
-            // every index stays inside them; batch `p` of the output is written only here.
-            unsafe { product(m, k, n, a.get().offset(p as isize * abs), ars, acs, b.get().offset(p as isize * bbs), brs, bcs, c.get().add(p * m * n), inner) }
-        };
-        if split <= 1 {
-            (0..nb).for_each(one);
-        } else {
-            let chunk = nb.div_ceil(split);
-            rayon::scope(|s| {
-                for t in 1..split {
-                    let one = &one;
-                    s.spawn(move |_| (t * chunk..((t + 1) * chunk).min(nb)).for_each(one));
+            // every index stays inside them; each (batch, panel) of the output is written
+            // only here.
+            unsafe {
+                if pl.by_rows {
+                    product(hi - lo, k, n, a.get().offset(a0 + lo as isize * ars), ars, acs, b.get().offset(b0), brs, bcs, c.get().add(c0 + lo * n), n, pl.inner)
+                } else {
+                    product(m, k, hi - lo, a.get().offset(a0), ars, acs, b.get().offset(b0 + lo as isize * bcs), brs, bcs, c.get().add(c0 + lo), n, pl.inner)
                 }
-                (0..chunk.min(nb)).for_each(&one);
+            }
+        };
+        let units = nb * pl.panels;
+        if pl.workers <= 1 {
+            (0..units).for_each(unit);
+        } else {
+            // Worker `t` runs units [t·units/w, (t+1)·units/w): one fork/join in all. The
+            // calling thread (compiled code's) runs the first range itself and waits for
+            // the pool's workers at the end of the scope.
+            let w = pl.workers;
+            let range = move |t: usize| (t * units / w)..((t + 1) * units / w);
+            rayon::in_place_scope(|s| {
+                for t in 1..w {
+                    s.spawn(move |_| range(t).for_each(unit));
+                }
+                range(0).for_each(unit);
             });
         }
         Ok(())
@@ -148,39 +248,53 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
     }
 }
 
-/// How to run a batch of `nb` products of `m×k·k×n` on `cores` threads: (the number of
-/// parts the batch is split into, each running its products one after another; the
-/// threads each product uses). A batch is split, each product on one thread, when it has at
-/// least [`BATCH_SPLIT_MIN`] multiply-adds and either its products are too small for
-/// `gemm` to thread or there are at least two per thread; otherwise each product is
-/// threaded on its own.
-fn threads(nb: usize, m: usize, n: usize, k: usize, cores: usize) -> (usize, usize) {
-    let each = m.saturating_mul(n).saturating_mul(k);
-    if cores > 1 && nb >= 2 && nb.saturating_mul(each) >= BATCH_SPLIT_MIN && (each < GEMM_THREADING_MIN || nb >= 2 * cores) {
-        (cores.min(nb), 1)
-    } else {
-        (1, cores)
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::threads;
+    use super::{panel_range, plan, Plan};
+
+    fn p(panels: usize, by_rows: bool, workers: usize) -> Plan {
+        Plan { panels, by_rows, workers, inner: 1 }
+    }
 
     #[test]
-    fn batch_split_choice() {
-        // One large product: threaded inside.
-        assert_eq!(threads(1, 1024, 1024, 1024, 2), (1, 2));
-        // Many small products: the batch is split, each product on one thread.
-        assert_eq!(threads(256, 64, 64, 64, 2), (2, 1));
-        assert_eq!(threads(16, 512, 512, 512, 2), (2, 1));
-        // Two large products on two cores: each threaded.
-        assert_eq!(threads(2, 1024, 1024, 1024, 2), (1, 2));
-        // A small batch in all stays on one thread; so does everything on one core.
-        assert_eq!(threads(4, 16, 16, 16, 2), (1, 2));
-        assert_eq!(threads(256, 64, 64, 64, 1), (1, 1));
-        // More threads than products: one part per product.
-        assert_eq!(threads(3, 80, 80, 80, 8), (3, 1));
+    fn thread_plan() {
+        // One large product on two cores: two column panels (m <= n) or row panels.
+        assert_eq!(plan(1, 1024, 1024, 1024, 2, false), p(2, false, 2));
+        assert_eq!(plan(1, 128, 512, 512, 2, false), p(2, false, 2));
+        assert_eq!(plan(1, 512, 128, 512, 2, false), p(2, true, 2));
+        // Many products: whole products split over the threads.
+        assert_eq!(plan(256, 64, 64, 64, 2, false), p(1, false, 2));
+        assert_eq!(plan(16, 512, 512, 512, 2, false), p(1, false, 2));
+        assert_eq!(plan(2, 1024, 1024, 1024, 2, false), p(1, false, 2));
+        // An odd count of products: two panels each, so both threads get three halves.
+        assert_eq!(plan(3, 256, 256, 256, 2, false), p(2, false, 2));
+        // Small work in all, or one core: the calling thread.
+        assert_eq!(plan(4, 16, 16, 16, 2, false), p(1, false, 1));
+        assert_eq!(plan(256, 64, 64, 64, 1, false), p(1, false, 1));
+        // Too narrow to cut: whole products.
+        assert_eq!(plan(1, 40, 40, 4096, 2, false), p(1, false, 1));
+        assert_eq!(plan(1, 100, 100, 1000, 2, false), p(1, false, 1));
+        // More cores than products and panels.
+        assert_eq!(plan(3, 80, 80, 200, 8, false), p(1, false, 3));
+        // The previous plan (`JAXREPL_GEMM_PANELS=0`).
+        assert_eq!(plan(1, 1024, 1024, 1024, 2, true), Plan { panels: 1, by_rows: false, workers: 1, inner: 2 });
+        assert_eq!(plan(256, 64, 64, 64, 2, true), p(1, false, 2));
+    }
+
+    #[test]
+    fn panels_cover_the_extent() {
+        for extent in [1, 63, 64, 65, 100, 128, 129, 512, 1000, 2048] {
+            for parts in 1..6 {
+                let mut next = 0;
+                for j in 0..parts {
+                    let (lo, hi) = panel_range(j, parts, extent);
+                    assert_eq!(lo, next, "extent {extent} parts {parts}");
+                    assert!(hi >= lo && (lo % 64 == 0 || lo == extent));
+                    next = hi;
+                }
+                assert_eq!(next, extent);
+            }
+        }
     }
 }
 

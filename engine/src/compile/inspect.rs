@@ -358,6 +358,14 @@ pub fn diff_passes(module: &LoweredModule) -> Result<PassDiffs, Error> {
                 before = after;
             }
         }
+        if name == "to-loops" {
+            // Results written straight into the output parameters (not a registered pass,
+            // `context::run_to_loops`), after bufferization.
+            super::inplace::outputs_in_place(&m);
+            let after = m.as_operation().to_string();
+            out.push(PassDiff { pass: context::OUTPUTS_IN_PLACE.to_string(), pipeline: name, diff: unified_diff(&before, &after) });
+            before = after;
+        }
     }
     // The compile's last step on the LLVM dialect (not a registered pass): FMA contraction
     // allowed, as XLA:CPU (`context::allow_fp_contraction`).

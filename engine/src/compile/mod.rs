@@ -319,6 +319,7 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         run_pipeline(ctx, &mut m, "builtin.module(transform-interpreter)", &diags)?;
         drop_transform_ops(&m);
         run_pipeline(ctx, &mut m, parallel::PIPELINE_PAR_TO_LOOPS, &diags)?;
+        inplace::outputs_in_place(&m);
         let _ = optimized_ir.set(m.as_operation().to_string());
         run_pipeline(ctx, &mut m, parallel::PIPELINE_PAR_TO_LLVM, &diags)?;
     } else {

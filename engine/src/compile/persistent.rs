@@ -123,6 +123,7 @@ pub(crate) fn pending(m: &LoweredModule, opt_level: u8) -> Option<Pending> {
         m.text.as_str(),
         super::context::PIPELINE_TO_LOOPS,
         super::context::LOOP_CARRIES_IN_PLACE,
+        super::context::OUTPUTS_IN_PLACE,
         super::context::PIPELINE_TO_LLVM,
         super::parallel::PIPELINE_FUSE,
         super::parallel::PIPELINE_PAR_TO_LOOPS,

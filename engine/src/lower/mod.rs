@@ -41,7 +41,7 @@ use crate::error::Error;
 use crate::ir::{Atom, ClosedJaxpr, DType, Eqn, Jaxpr, Literal, Primitive, ShapedArray, Var};
 use crate::runtime::{Buffer, MemoryKind};
 use emit::{dense_lit, scalar_lit, Emitter};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// Constants with at most this many elements are embedded in the module text.
@@ -293,6 +293,33 @@ fn swaps_free_groups(dot: &Eqn, perm: &[usize]) -> bool {
     perm == want.as_slice()
 }
 
+/// Indices of the equations of `eqns` none of whose results is read by a later live
+/// equation or by `outvars`: dead code, which lowering skips (JAX's `dce_jaxpr`). Equations
+/// with effects (`Primitive::has_effects`: debug/io callbacks, bodies containing them) and
+/// the multi-device primitives (collectives, `shard_map`, sharding constraints,
+/// `device_put`), which other devices or the partitioner rely on, are always kept.
+pub(crate) fn dead_equations(eqns: &[Eqn], outvars: &[Atom]) -> HashSet<usize> {
+    let mut dead = HashSet::new();
+    let mut live: HashSet<u32> = outvars.iter().filter_map(|a| if let Atom::Var(v) = a { Some(v.id) } else { None }).collect();
+    for (i, e) in eqns.iter().enumerate().rev() {
+        let kept = e.primitive.has_effects()
+            || matches!(
+                e.primitive,
+                Primitive::Collective(_) | Primitive::ShardMap(_) | Primitive::ShardingConstraint { .. } | Primitive::DevicePut { .. }
+            );
+        if !kept && !e.outputs.iter().any(|o| live.contains(&o.id)) {
+            dead.insert(i);
+            continue;
+        }
+        for a in &e.inputs {
+            if let Atom::Var(v) = a {
+                live.insert(v.id);
+            }
+        }
+    }
+    dead
+}
+
 fn malformed(msg: String) -> Error {
     Error::compile(format!("lowering: malformed jaxpr: {msg}"))
 }
@@ -324,8 +351,10 @@ impl Lowerer {
         let next_id = crate::lax::control::max_id(j) + 1;
         let recomputed = recompute::recompute_producers(eqns, &j.outvars, next_id);
         let eqns = recomputed.as_deref().unwrap_or(eqns);
-        // A `pure_callback` whose results are unused is dead code (JAX's DCE): not called.
-        let dead = crate::transform::callbacks::dead_pure_callbacks(eqns, &j.outvars);
+        // Equations whose results are unused are dead code (JAX's DCE): not lowered. MLIR
+        // removes dead tensor ops itself, but not the calls of the GEMM runtime or a
+        // `pure_callback` (AD's cotangent of a closed-over input is such a product).
+        let dead = dead_equations(eqns, &j.outvars);
         for (i, eq) in eqns.iter().enumerate() {
             if dead.contains(&i) {
                 continue;

@@ -10,7 +10,7 @@
 //! `Err` or panics, or whose results do not match the declared `result_shape_dtypes`,
 //! becomes the execution's error, naming the callback (`pure_callback `host_sin` failed:
 //! ...`). A `pure_callback` has no effects: when its results are unused it is dead code
-//! and not called (`dead_pure_callbacks`, used by lowering). An `io_callback` has effects:
+//! and not called (lowering skips dead equations, `lower::dead_equations`). An `io_callback` has effects:
 //! never eliminated, run in program order (`ordered=true` ones cannot be `vmap`ped).
 //! Neither is differentiable (JAX's errors; wrap a `pure_callback` in `custom_jvp`).
 //!
@@ -19,7 +19,7 @@
 //! as in JAX. TODO(shard_map): inside `shard_map` it should be called once per shard.
 
 use crate::error::{Error, Result};
-use crate::ir::{Atom, CallbackId, Eqn, Jaxpr, Primitive, ShapeDtypeStruct, ShapedArray, VmapMethod};
+use crate::ir::{Atom, CallbackId, Jaxpr, Primitive, ShapeDtypeStruct, ShapedArray, VmapMethod};
 use crate::runtime::{callbacks as registry, Buffer, DeviceArray};
 use crate::trace::{bind, is_tracing, Array, Operand};
 use std::collections::{HashMap, HashSet};
@@ -207,29 +207,6 @@ pub(crate) fn eager(p: &Primitive, inputs: &[Arc<DeviceArray>]) -> Result<Option
     let args = inputs.iter().map(|d| d.wait().map(|b| Array::from_buffer((*b).clone(), d.aval.weak_type))).collect::<Result<Vec<_>>>()?;
     let e = entry(id)?;
     run_host(&e, &args).map(Some)
-}
-
-/// Indices of the `pure_callback` equations of `eqns` none of whose results is used by a
-/// later live equation or by `outvars` (dead code, skipped by lowering).
-pub(crate) fn dead_pure_callbacks(eqns: &[Eqn], outvars: &[Atom]) -> HashSet<usize> {
-    let mut dead = HashSet::new();
-    if !eqns.iter().any(|e| matches!(e.primitive, Primitive::PureCallback { .. })) {
-        return dead;
-    }
-    let mut live: HashSet<u32> = outvars.iter().filter_map(|a| if let Atom::Var(v) = a { Some(v.id) } else { None }).collect();
-    for (i, e) in eqns.iter().enumerate().rev() {
-        let used = e.outputs.iter().any(|o| live.contains(&o.id));
-        if matches!(e.primitive, Primitive::PureCallback { .. }) && !used {
-            dead.insert(i);
-            continue;
-        }
-        for a in &e.inputs {
-            if let Atom::Var(v) = a {
-                live.insert(v.id);
-            }
-        }
-    }
-    dead
 }
 
 /// JAX's error for differentiating through a host callback, or `None` for other primitives.

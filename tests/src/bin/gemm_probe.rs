@@ -79,7 +79,7 @@ fn gflops(name: &str, flops: f64, (min, med): (f64, f64)) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let want = |s: &str| (args.is_empty() && !matches!(s, "ir" | "mlpir" | "mlpgrad" | "rawcmp")) || args.iter().any(|a| a == s);
+    let want = |s: &str| (args.is_empty() && !matches!(s, "ir" | "mlpir" | "mlpgrad" | "rawcmp" | "gradp" | "trainp" | "gradpir" | "trainpir" | "shapes")) || args.iter().any(|a| a == s);
     let mm = jit(|(a, b): (Array, Array)| a.matmul(&b));
     if want("ir") {
         let (a, b) = (normal(&[256, 256], 1, 1.0), normal(&[256, 256], 2, 1.0));
@@ -135,6 +135,12 @@ fn main() {
             f.call((&x, &w)).unwrap().block_until_ready().unwrap();
         });
         gflops("conv NHWC 8x32x32x64, 3x3x64x64", 2.0 * 8.0 * 1024.0 * 64.0 * 64.0 * 9.0, t);
+    }
+    if want("shapes") {
+        shapes();
+    }
+    if want("gradp") || want("trainp") || want("gradpir") || want("trainpir") {
+        bench_mlp(&want);
     }
     if want("mlp") || want("mlpir") || want("mlpgrad") {
         let params: Vec<(Array, Array)> =
@@ -239,6 +245,147 @@ fn rawcmp() {
                 });
             });
             gflops(&format!("raw 2thr {lib} [{nb},{n},{n}]"), 2.0 * (nb * n * n * n) as f64, t);
+        }
+    }
+}
+
+/// The MLP grad and training step exactly as `bench.rs` runs them (gradient with respect
+/// to the parameters only; `p - 0.01·g`), steady state of the optimised tier: `gradp`,
+/// `trainp` time them (ms); `gradpir`, `trainpir` print the optimized module.
+fn bench_mlp(want: &dyn Fn(&str) -> bool) {
+    type Params = Vec<(Array, Array)>;
+    let params: Params = (0..3).map(|i| (normal(&[512, 512], 10 + i, 1.0 / (512f32).sqrt()), jnp::zeros(&[512], DType::F32))).collect();
+    let x = normal(&[128, 512], 20, 1.0);
+    let y = normal(&[128, 512], 21, 1.0);
+    fn fwd(p: &[(Array, Array)], x: &Array) -> Array {
+        let mut h = x.clone();
+        for (i, (w, b)) in p.iter().enumerate() {
+            h = h.matmul(w) + b;
+            if i + 1 < p.len() {
+                h = nn::relu(&h).unwrap();
+            }
+        }
+        h
+    }
+    fn g(p: Params, x: Array, y: Array) -> jax::Result<Params> {
+        grad(move |p: Params| {
+            let d = fwd(&p, &x) - &y;
+            jnp::mean(&(&d * &d), None)
+        })(p)
+    }
+    let gj = jit(|(p, x, y): (Params, Array, Array)| g(p, x, y).unwrap());
+    let tj = jit(|(p, x, y): (Params, Array, Array)| {
+        let gr = g(p.clone(), x, y).unwrap();
+        p.iter().zip(&gr).map(|((w, b), (gw, gb))| (w - &(gw * 0.01), b - &(gb * 0.01))).collect::<Params>()
+    });
+    for (name, f) in [("gradp", &gj), ("trainp", &tj)] {
+        let c = f.lower((&params, &x, &y)).unwrap().compile().unwrap();
+        if want(&format!("{name}ir")) {
+            println!("{}", c.as_text());
+        }
+        if want(name) {
+            f.call((&params, &x, &y)).unwrap();
+            c.wait_optimized(std::time::Duration::from_secs(300));
+            // PROBE_SECONDS stretches the timed loop (for `perf record --delay`).
+            let secs = std::env::var("PROBE_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(0.7);
+            let t = time(7, secs, || {
+                for (w, b) in f.call((&params, &x, &y)).unwrap() {
+                    w.block_until_ready().unwrap();
+                    b.block_until_ready().unwrap();
+                }
+            });
+            let cpu = CPU_PER_CALL.with(|c| c.get());
+            println!("{name}: {:.3} / {:.3} ms (min / median), {:.3} CPU-ms per call", t.0 * 1e3, t.1 * 1e3, cpu * 1e3);
+        }
+    }
+}
+
+/// One product `c = a·b` (`c` row-major `m×n`) with element strides for `a` (`ars`, `acs`)
+/// and `b` (`brs`, `bcs`) on the gemm crate, `par` as given.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_strided(m: usize, k: usize, n: usize, a: *const f32, ars: isize, acs: isize, b: *const f32, brs: isize, bcs: isize, c: *mut f32, ldc: usize, par: gemm::Parallelism) {
+    unsafe { gemm::gemm(m, n, k, c, 1, ldc as isize, false, a, acs, ars, b, bcs, brs, 0.0f32, 1.0f32, false, false, false, par) }
+}
+
+/// The MLP's and the 2048 matmul's product shapes (NN, NT, TN layouts) on raw buffers:
+/// the gemm crate threaded by itself (`rayon2`), on one thread (`one`), and split by hand
+/// into row panels (`rows/P`) or column panels (`cols/P`) run as rayon tasks, one
+/// single-threaded product each. Prints µs min / median per product and GFLOP/s at min.
+fn shapes() {
+    #[derive(Clone, Copy)]
+    struct P(*mut f32);
+    unsafe impl Send for P {}
+    unsafe impl Sync for P {}
+    // (name, m, k, n, a transposed, b transposed)
+    let cases: &[(&str, usize, usize, usize, bool, bool)] = &[
+        ("fwd NN 128x512.512x512", 128, 512, 512, false, false),
+        ("dx  NT 128x512.(512x512)T", 128, 512, 512, false, true),
+        ("dW  TN (128x512)T.128x512", 512, 128, 512, true, false),
+        ("sq  NN 2048", 2048, 2048, 2048, false, false),
+        ("sq  NN 1024", 1024, 1024, 1024, false, false),
+    ];
+    for &(name, m, k, n, at, bt) in cases {
+        let a = vec![0.5f32; m * k];
+        let b = vec![0.25f32; k * n];
+        let mut c = vec![0f32; m * n];
+        // a is m×k: stored k×m (row-major) when transposed.
+        let (ars, acs) = if at { (1isize, m as isize) } else { (k as isize, 1isize) };
+        let (brs, bcs) = if bt { (1isize, k as isize) } else { (n as isize, 1isize) };
+        let (ap, bp, cp) = (P(a.as_ptr() as *mut f32), P(b.as_ptr() as *mut f32), P(c.as_mut_ptr()));
+        let flops = 2.0 * (m * n * k) as f64;
+        let target = if m * n * k > 1 << 28 { 1.5 } else { 0.3 };
+        let mut variants: Vec<(String, Box<dyn Fn()>)> = vec![
+            ("rayon2".into(), Box::new(move || unsafe { gemm_strided(m, k, n, ap.0, ars, acs, bp.0, brs, bcs, cp.0, n, gemm::Parallelism::Rayon(2)) })),
+            ("one".into(), Box::new(move || unsafe { gemm_strided(m, k, n, ap.0, ars, acs, bp.0, brs, bcs, cp.0, n, gemm::Parallelism::None) })),
+        ];
+        variants.push(("mm".into(), Box::new(move || unsafe { matrixmultiply::sgemm(m, k, n, 1.0, ap.0, ars, acs, bp.0, brs, bcs, 0.0, cp.0, n as isize, 1) })));
+        variants.push(("mmcols/2".into(), Box::new(move || {
+            let chunk = n.div_ceil(2).div_ceil(16) * 16;
+            rayon::scope(|s| {
+                for t in 0..2 {
+                    let c0 = t * chunk;
+                    let cols = chunk.min(n.saturating_sub(c0));
+                    s.spawn(move |_| {
+                        let (ap, bp, cp) = (ap, bp, cp);
+                        unsafe { matrixmultiply::sgemm(m, k, cols, 1.0, ap.0, ars, acs, bp.0.offset(c0 as isize * bcs), brs, bcs, 0.0, cp.0.add(c0), n as isize, 1) }
+                    });
+                }
+            });
+        })));
+        for parts in [2usize, 4, 8] {
+            variants.push((format!("rows/{parts}"), Box::new(move || {
+                let chunk = m.div_ceil(parts);
+                rayon::scope(|s| {
+                    for t in 0..parts {
+                        let r0 = t * chunk;
+                        let rows = chunk.min(m.saturating_sub(r0));
+                        if rows == 0 { continue; }
+                        s.spawn(move |_| {
+                            let (ap, bp, cp) = (ap, bp, cp);
+                            unsafe { gemm_strided(rows, k, n, ap.0.offset(r0 as isize * ars), ars, acs, bp.0, brs, bcs, cp.0.add(r0 * n), n, gemm::Parallelism::None) }
+                        });
+                    }
+                });
+            })));
+            variants.push((format!("cols/{parts}"), Box::new(move || {
+                let chunk = n.div_ceil(parts).div_ceil(16) * 16;
+                rayon::scope(|s| {
+                    for t in 0..parts {
+                        let c0 = t * chunk;
+                        let cols = chunk.min(n.saturating_sub(c0));
+                        if cols == 0 { continue; }
+                        s.spawn(move |_| {
+                            let (ap, bp, cp) = (ap, bp, cp);
+                            unsafe { gemm_strided(m, k, cols, ap.0, ars, acs, bp.0.offset(c0 as isize * bcs), brs, bcs, cp.0.add(c0), n, gemm::Parallelism::None) }
+                        });
+                    }
+                });
+            })));
+        }
+        for (v, f) in &variants {
+            let t = time(7, target, f);
+            let cpu = CPU_PER_CALL.with(|c| c.get());
+            println!("{name:28} {v:8} {:9.1} / {:9.1} us  {:6.1} GFLOP/s  cpu {:6.2}x", t.0 * 1e6, t.1 * 1e6, flops / t.0 / 1e9, cpu / t.1);
         }
     }
 }
