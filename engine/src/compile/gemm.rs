@@ -23,6 +23,8 @@
 //! code.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Products (or batches) with fewer multiply-adds than this in all run on the calling
 /// thread: below it a fork/join costs more than it saves.
@@ -227,17 +229,7 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
         if pl.workers <= 1 {
             (0..units).for_each(unit);
         } else {
-            // Worker `t` runs units [t·units/w, (t+1)·units/w): one fork/join in all. The
-            // calling thread (compiled code's) runs the first range itself and waits for
-            // the pool's workers at the end of the scope.
-            let w = pl.workers;
-            let range = move |t: usize| (t * units / w)..((t + 1) * units / w);
-            rayon::in_place_scope(|s| {
-                for t in 1..w {
-                    s.spawn(move |_| range(t).for_each(unit));
-                }
-                range(0).for_each(unit);
-            });
+            claim_units(units, pl.workers, unit)?;
         }
         Ok(())
     });
@@ -248,9 +240,70 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
     }
 }
 
+/// The progress of one call's units, shared with its helper jobs.
+#[derive(Default)]
+struct Claims {
+    /// The next unit to claim (counts past `units` once all are claimed).
+    next: AtomicUsize,
+    /// Units finished.
+    done: AtomicUsize,
+    /// A unit panicked on a helper thread.
+    failed: AtomicBool,
+}
+
+/// Runs `unit(0..units)` on the calling thread and `workers - 1` helper jobs on rayon's
+/// pool, each claiming the next unit from a shared counter until none is left; returns
+/// once every unit is finished. The caller never waits for a helper that has not started
+/// (on a loaded machine a sleeping worker may take longer to wake than a unit takes): it
+/// claims and runs whatever is left itself, and waits only for units a helper is running.
+/// A helper that starts after the call returned finds nothing to claim and touches
+/// nothing (its captures are plain pointers and sizes, dereferenced only inside a claimed
+/// unit). Errors: a unit panicked on a helper thread.
+fn claim_units(units: usize, workers: usize, unit: impl Fn(usize) + Copy + Send + Sync + 'static) -> Result<(), String> {
+    let claims = Arc::new(Claims::default());
+    let work = move |c: &Claims| loop {
+        let u = c.next.fetch_add(1, Ordering::Relaxed);
+        if u >= units {
+            break;
+        }
+        unit(u);
+        c.done.fetch_add(1, Ordering::Release);
+    };
+    for _ in 1..workers {
+        let c = claims.clone();
+        rayon::spawn(move || {
+            // A panic must not unwind out of a rayon job (rayon would abort the process).
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&c))).is_err() {
+                c.failed.store(true, Ordering::Relaxed);
+                c.done.fetch_add(1, Ordering::Release);
+            }
+        });
+    }
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&claims))).is_err() {
+        claims.failed.store(true, Ordering::Relaxed);
+        claims.done.fetch_add(1, Ordering::Release);
+    }
+    // No unit can be claimed from here on (after a panic some may be left unclaimed);
+    // wait for those that were, so that no helper writes after we return.
+    let claimed = claims.next.fetch_max(units, Ordering::AcqRel).min(units);
+    let mut spins = 0u32;
+    while claims.done.load(Ordering::Acquire) < claimed {
+        spins += 1;
+        if spins < 1 << 12 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    if claims.failed.load(Ordering::Relaxed) {
+        return Err("the GEMM runtime panicked".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{panel_range, plan, Plan};
+    use super::{claim_units, panel_range, plan, Plan};
 
     fn p(panels: usize, by_rows: bool, workers: usize) -> Plan {
         Plan { panels, by_rows, workers, inner: 1 }
@@ -279,6 +332,19 @@ mod tests {
         // The previous plan (`JAXREPL_GEMM_PANELS=0`).
         assert_eq!(plan(1, 1024, 1024, 1024, 2, true), Plan { panels: 1, by_rows: false, workers: 1, inner: 2 });
         assert_eq!(plan(256, 64, 64, 64, 2, true), p(1, false, 2));
+    }
+
+    #[test]
+    fn every_unit_runs_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static HITS: [AtomicUsize; 37] = [const { AtomicUsize::new(0) }; 37];
+        for workers in [2, 3, 8] {
+            claim_units(37, workers, |u| {
+                HITS[u].fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        }
+        assert!(HITS.iter().all(|h| h.load(Ordering::Relaxed) == 3));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! 1. [`PIPELINE_FUSE`] (inlining, generalisation, elementwise fusion, on tensors);
 //! 2. every *top-level* `linalg.generic` (not inside a loop or branch of the computation)
 //!    whose first loop is parallel, spans at least 2 iterations, and iterates at least
-//!    [`PAR_MIN_WORK`] times in all is tagged `jaxrepl.par<k>` (on the printed module, see
+//!    [`PAR_MIN_WORK`] times in all ([`PAR_MIN_WORK_WITH_GEMM`] in a module calling the GEMM runtime) is tagged `jaxrepl.par<k>` (on the printed module, see
 //!    [`tag_parallel`]) and tiled along that first loop into `scf.forall` chunks by a
 //!    transform-dialect schedule (`tile_using_forall … num_threads [t]`, `t` = the number
 //!    of chunks, at most the loop's extent);
@@ -29,6 +29,23 @@ use std::sync::OnceLock;
 /// costs a few µs with spinning workers, tens of µs when they sleep; 2^17 f32 elements
 /// take about 50 µs to stream on one core).
 pub const PAR_MIN_WORK: usize = 1 << 17;
+
+/// [`PAR_MIN_WORK`] in a module that calls the GEMM runtime (`compile::gemm`, threaded on
+/// rayon's pool): OpenMP's workers spin for `KMP_BLOCKTIME` (1 ms) after each parallel
+/// region, taking the second core from the products that follow (measured on the MLP
+/// training step, whose 512² parameter updates sit between its weight-gradient products).
+/// Only loop nests long enough to amortise that (4 MiB of f32) are split there.
+pub const PAR_MIN_WORK_WITH_GEMM: usize = 1 << 20;
+
+/// The least work of a loop nest split over threads in module `text`: [`PAR_MIN_WORK`], or
+/// [`PAR_MIN_WORK_WITH_GEMM`] when the module calls the GEMM runtime.
+pub fn par_min_work(text: &str) -> usize {
+    if text.contains("@jaxrepl_gemm_") {
+        PAR_MIN_WORK_WITH_GEMM
+    } else {
+        PAR_MIN_WORK
+    }
+}
 
 /// The OpenMP runtime the engine loads for parallel modules (apt `libomp-22-dev`).
 pub const LIBOMP: &str = "/usr/lib/llvm-22/lib/libomp.so";
@@ -63,17 +80,18 @@ pub fn num_threads() -> usize {
     })
 }
 
-/// Whether `text` (a lowered module) has a tensor type of at least [`PAR_MIN_WORK`]
+/// Whether `text` (a lowered module) has a tensor type of at least [`par_min_work`]
 /// elements, the cheap test for trying the parallel path at all. False when only one
 /// thread is available or libomp is missing.
 pub fn wants_parallel(text: &str) -> bool {
     if num_threads() < 2 || !libomp_present() {
         return false;
     }
+    let min = par_min_work(text);
     text.match_indices("tensor<").any(|(i, _)| {
         let rest = &text[i + 7..];
         let end = rest.find('>').unwrap_or(rest.len());
-        static_size(&rest[..end]).is_some_and(|n| n >= PAR_MIN_WORK)
+        static_size(&rest[..end]).is_some_and(|n| n >= min)
     })
 }
 
@@ -174,6 +192,7 @@ pub fn tag_parallel(text: &str, threads: usize) -> (String, usize) {
         }
         aliases.iter().find(|(n, _)| n == m).map(|(_, d)| d.clone())
     };
+    let min_work = par_min_work(text);
     let mut out = String::with_capacity(text.len() + 1024);
     let mut sched = String::new();
     let mut k = 0usize;
@@ -194,7 +213,7 @@ pub fn tag_parallel(text: &str, threads: usize) -> (String, usize) {
             let outs = operand_types(line, " outs(")?;
             let shapes: Vec<Vec<usize>> = ins.iter().chain(&outs).map(|t| tensor_shape(t)).collect::<Option<_>>()?;
             let work = shapes.iter().map(|s| s.iter().product::<usize>()).max()?;
-            if work < PAR_MIN_WORK || maps.len() != shapes.len() {
+            if work < min_work || maps.len() != shapes.len() {
                 return None;
             }
             // Extent of d0: an operand's dim whose map result is exactly `d0`.
