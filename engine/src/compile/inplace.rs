@@ -199,8 +199,8 @@ unsafe fn readers_before(carry: MlirValue, g: MlirOperation, block: MlirBlock) -
 ///
 /// Rewritten only when the copy's target is an argument of the entry block whose only use
 /// is that copy (an output parameter, never an input: outputs are fresh buffers,
-/// `Executable::execute_args`), its source is a `memref.alloc` of the entry block of the
-/// same type, and every use of the temporary after the copy is a `memref.dealloc` in the
+/// `Executable::execute_args`), its source is a `memref.alloc` (or, for a small result
+/// promoted to the stack, `memref.alloca`) of the entry block of the same type, and every use of the temporary after the copy is a `memref.dealloc` in the
 /// entry block (so the parameter ends with exactly the temporary's final contents).
 /// Returns how many results were rewritten.
 pub(crate) fn outputs_in_place(m: &Module) -> usize {
@@ -257,7 +257,8 @@ unsafe fn rewrite_output_copy(copy: MlirOperation, block: MlirBlock) -> bool {
             return false;
         }
         let alloc = mlirOpResultGetOwner(src);
-        if name(alloc) != b"memref.alloc" || mlirOperationGetBlock(alloc).ptr != block.ptr || !mlirTypeEqual(mlirValueGetType(src), mlirValueGetType(dst)) {
+        let kind = name(alloc);
+        if (kind != b"memref.alloc" && kind != b"memref.alloca") || mlirOperationGetBlock(alloc).ptr != block.ptr || !mlirTypeEqual(mlirValueGetType(src), mlirValueGetType(dst)) {
             return false;
         }
         // The output parameter: used by this copy only.

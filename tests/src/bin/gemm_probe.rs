@@ -3,7 +3,7 @@
 //! grad of `/work/shared/bench/jax_bench.py`, and small square matmuls for choosing the
 //! GEMM-runtime threshold. Prints one line per case: GFLOP/s (or ms) min / median.
 //!
-//! Usage: `gemm_probe [raw|rawcmp|big|bmm|mlp|conv|small|ir|mlpir|mlpgrad]...` (default: all but ir, mlpir, mlpgrad, rawcmp; raw calls
+//! Usage: `gemm_probe [raw|rawcmp|shapes|big|bmm|mlp|conv|small|ir|mlpir|mlpgrad|gradp|trainp|gradpir|trainpir]...` (default: all but ir, mlpir, mlpgrad, rawcmp, shapes and the bench's MLP cases gradp/trainp(ir); raw calls
 //! matrixmultiply directly, rawcmp compares matrixmultiply with the `gemm` crate the runtime
 //! uses, on square products and batches, looped and split over two threads; ir prints the optimized module of matmul 256). Run it once as is and once
 //! with `JAXREPL_GEMM_MIN_FLOPS=18446744073709551615` (every product in MLIR loops) or
