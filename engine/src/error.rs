@@ -36,7 +36,13 @@ pub enum ErrorKind {
 }
 
 /// An engine error: a kind, a message, and where in the user's code it arose.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// `{:?}` shows the fields; `{:#?}` in a REPL/Jupyter session (after
+/// `jax::interactive::init_session`) is the session's one-line error frame
+/// (`interactive::ERROR_LINE_PREFIX` + JSON), which the session shows as an error output:
+/// the session sets evcxr's error format to `{:#?}`, so an error returned with `?` from a
+/// cell arrives as that frame (docs/engine-api.md, "Errors in cells").
+#[derive(Clone, PartialEq, Eq)]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
@@ -113,6 +119,19 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() && crate::interactive::session_active() {
+            return write!(f, "{}{}", crate::interactive::ERROR_LINE_PREFIX, crate::interactive::error_json(self));
+        }
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("location", &self.location)
+            .finish()
+    }
+}
 
 /// Whether `file` (a `Location`'s file) is one of the engine's own sources: it lies in the
 /// directory of this file (`file!()` is `engine/src/error.rs` in our workspace, absolute

@@ -194,6 +194,13 @@ pub fn json_string(s: &str) -> String {
 
 /// Prints `e` as the session's error block.
 pub fn display_error(e: &Error) {
+    emit("application/vnd.jaxrepl.error+json", &error_json(e));
+}
+
+/// The session's JSON form of an error: `{"ename","evalue","traceback":[..],"location"}`
+/// (one line: newlines in texts are escaped). The display frame of `Err(e)` and the
+/// `{:#?}` line of an error returned with `?` ([`ERROR_LINE_PREFIX`]) both carry it.
+pub fn error_json(e: &Error) -> String {
     let mut tb = vec![format!("{}: {}", e.ename(), e.message)];
     if let Some(l) = &e.location {
         tb.push(format!("  (traced at {l})"));
@@ -207,13 +214,27 @@ pub fn display_error(e: &Error) {
         ),
         None => "null".to_string(),
     };
-    let body = format!(
+    format!(
         "{{\"ename\":{},\"evalue\":{},\"traceback\":[{}],\"location\":{location}}}",
         json_string(e.ename()),
         json_string(&e.message),
         tb.iter().map(|t| json_string(t)).collect::<Vec<_>>().join(",")
-    );
-    emit("application/vnd.jaxrepl.error+json", &body);
+    )
+}
+
+/// The start of the line `{:#?}` writes for a `jax::Error` in a session: this prefix, then
+/// [`error_json`]. evcxr prints an error returned with `?` from a cell with the session's
+/// error format, `{:#?}`, on stderr; the session turns the line into an error output.
+/// (The session repeats this literal: it does not link the engine.)
+pub const ERROR_LINE_PREFIX: &str = "\x1ejaxrepl-error ";
+
+/// Whether this process is a session's evaluation child ([`init_session`] ran).
+static SESSION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process is a session's evaluation child: `{:#?}` of a `jax::Error` is then
+/// the session's error line ([`ERROR_LINE_PREFIX`]).
+pub fn session_active() -> bool {
+    SESSION.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl<T: TextRepr> EvcxrDisplay for T {
@@ -251,11 +272,36 @@ impl EvcxrDisplay for Error {
 /// the child died of a stack overflow: `runtime::stack_overflow`).
 /// Idempotent; called by the session's prelude, on the child's main thread.
 pub fn init_session() {
+    SESSION.store(true, std::sync::atomic::Ordering::Relaxed);
     crate::progress::set_enabled(true);
     if let Err(e) = crate::runtime::interrupt::install_handler() {
         eprintln!("jax: could not install the interrupt handler: {e}");
     }
     if let Err(e) = crate::runtime::stack_overflow::install() {
         eprintln!("jax: could not install the stack-overflow report: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::SourceInfo;
+
+    /// The session's error line for an error returned with `?` (the session's test parses
+    /// the same literal: repl/src/session/exec.rs).
+    #[test]
+    fn error_json_is_one_line_with_the_users_location() {
+        let e = Error::value_error("axis 4 is out of bounds\nfor an array of rank 1")
+            .at(Some(SourceInfo { file: "cell 3".into(), line: 2, column: 9 }));
+        assert_eq!(
+            error_json(&e),
+            r#"{"ename":"ValueError","evalue":"axis 4 is out of bounds\nfor an array of rank 1","traceback":["ValueError: axis 4 is out of bounds\nfor an array of rank 1","  (traced at cell 3, line 2)"],"location":{"file":"cell 3","line":2,"column":9}}"#
+        );
+        // Outside a session, `{:?}` and `{:#?}` show the fields as a derived Debug would.
+        if !session_active() {
+            let plain = Error::type_error("bad");
+            assert_eq!(format!("{plain:?}"), r#"Error { kind: Type, message: "bad", location: None }"#);
+            assert!(format!("{plain:#?}").starts_with("Error {\n    kind: Type,"));
+        }
     }
 }

@@ -15,7 +15,7 @@ use crate::backend::{Backend, CallError, Worker};
 use crate::wire::{has_plain_text, iopub, media, reply_error};
 use jaxrepl::{ExecStatus, Output};
 use jupyter_protocol::{
-    DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteRequest, ExecuteResult,
+    ClearOutput, DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteRequest, ExecuteResult,
     ExecutionCount, JupyterMessage, ReplyError, ReplyStatus, StreamContent, Transient,
     UpdateDisplayData,
 };
@@ -34,14 +34,17 @@ pub struct OutputRouter {
     held: Option<Vec<(String, String)>>,
     /// The first error output of the cell, which the reply repeats.
     error: Option<ReplyError>,
-    /// Progress displays already created in this cell (their display ids).
-    progress_ids: Vec<String>,
+    /// Progress displays created in this cell: display id, and whether it is done.
+    progress_ids: Vec<(String, bool)>,
+    /// Whether anything but progress has been published for this cell (then a finished
+    /// progress display is emptied, not cleared away).
+    shown_other: bool,
 }
 
 impl OutputRouter {
     /// A router for the execute request `parent`, numbered `count`.
     pub fn new(parent: JupyterMessage, count: ExecutionCount, silent: bool, publish: Publisher) -> Self {
-        OutputRouter { parent, count, silent, publish, held: None, error: None, progress_ids: Vec::new() }
+        OutputRouter { parent, count, silent, publish, held: None, error: None, progress_ids: Vec::new(), shown_other: false }
     }
 
     /// Routes one output; outputs are published in the order they are pushed.
@@ -53,6 +56,7 @@ impl OutputRouter {
         if let Some(display) = self.held.take() {
             self.send_display(display);
         }
+        self.shown_other |= matches!(out, Output::Stdout(_) | Output::Stderr(_) | Output::Error { .. });
         match out {
             Output::Stdout(text) => self.send(StreamContent::stdout(&text)),
             Output::Stderr(text) => self.send(StreamContent::stderr(&text)),
@@ -63,23 +67,33 @@ impl OutputRouter {
     }
 
     /// A progress event: the first of an id is a `display_data` with a display id, later ones
-    /// `update_display_data` of it; the last empties it, so a saved notebook keeps no timing
+    /// `update_display_data` of it. When the last progress display is done and nothing else
+    /// has been shown in the cell yet, a `clear_output` removes the progress displays, so
+    /// the cell's outputs start with its own (no empty `display_data` before them);
+    /// otherwise the finished display is emptied, so a saved notebook keeps no timing
     /// text. Silent requests show no progress.
     fn send_progress(&mut self, id: &str, text: &str, done: bool) {
         if self.silent {
             return;
         }
         let display_id = format!("jaxrepl-progress-{id}");
+        if done && let Some(entry) = self.progress_ids.iter_mut().find(|(d, _)| d == &display_id) {
+            entry.1 = true;
+            if !self.shown_other && self.progress_ids.iter().all(|(_, done)| *done) {
+                self.progress_ids.clear();
+                return self.send(ClearOutput { wait: false });
+            }
+        }
         let body = if done { String::new() } else { text.to_string() };
         let data = media(&[("text/plain".to_string(), body)]);
-        if self.progress_ids.iter().any(|d| d == &display_id) {
+        if self.progress_ids.iter().any(|(d, _)| d == &display_id) {
             self.send(UpdateDisplayData {
                 data,
                 metadata: Default::default(),
                 transient: Transient { display_id: Some(display_id) },
             });
         } else if !done {
-            self.progress_ids.push(display_id.clone());
+            self.progress_ids.push((display_id.clone(), false));
             self.send(DisplayData {
                 data,
                 metadata: Default::default(),
@@ -140,7 +154,8 @@ impl OutputRouter {
         self.send(ErrorOutput { ename, evalue, traceback });
     }
 
-    fn send_display(&self, bundle: Vec<(String, String)>) {
+    fn send_display(&mut self, bundle: Vec<(String, String)>) {
+        self.shown_other = true;
         self.send(DisplayData { data: media(&bundle), metadata: Default::default(), transient: None });
     }
 
@@ -291,9 +306,28 @@ mod tests {
     }
 
     #[test]
+    fn progress_before_any_output_is_cleared_away_when_done() {
+        let (mut r, mut rx) = router(false);
+        let progress = |id: &str, done: bool| Output::Progress { id: id.into(), text: "building".into(), done };
+        r.push(progress("cell-1", false));
+        r.push(progress("compile-1", false));
+        r.push(progress("cell-1", true));
+        r.push(progress("compile-1", true));
+        r.push(plain("2"));
+        r.finish(&ExecStatus::Ok);
+        let mut seen = vec![];
+        while let Ok(m) = rx.try_recv() {
+            seen.push(m.header.msg_type.clone());
+        }
+        // Both displays are cleared once both are done: no empty display_data stays.
+        assert_eq!(seen, ["display_data", "display_data", "update_display_data", "clear_output", "execute_result"]);
+    }
+
+    #[test]
     fn progress_is_one_display_updated_in_place_and_emptied() {
         let (mut r, mut rx) = router(false);
         let progress = |text: &str, done: bool| Output::Progress { id: "compile-3".into(), text: text.into(), done };
+        r.push(Output::Stdout("printed first\n".into()));
         r.push(progress("compiling jit(f): 1.0 s", false));
         r.push(progress("compiling jit(f): 1.5 s", false));
         r.push(plain("3"));
@@ -305,6 +339,8 @@ mod tests {
             seen.push((m.header.msg_type.clone(), v["data"]["text/plain"].clone(), v["transient"]["display_id"].clone()));
         }
         let id = serde_json::json!("jaxrepl-progress-compile-3");
+        // After other output, a clear would lose it: the display is emptied instead.
+        assert_eq!(seen.remove(0).0, "stream");
         assert_eq!(seen[0], ("display_data".to_string(), serde_json::json!("compiling jit(f): 1.0 s"), id.clone()));
         assert_eq!(seen[1], ("update_display_data".to_string(), serde_json::json!("compiling jit(f): 1.5 s"), id.clone()));
         assert_eq!(seen[2], ("update_display_data".to_string(), serde_json::json!(""), id));

@@ -46,7 +46,10 @@ def collect(kc, msg_id: str, timeout: float = CELL_TIMEOUT) -> tuple[dict, list[
 
 
 def is_progress(m: dict) -> bool:
-    """A compile/cell-build progress display (transient; shown only for steps over 1 s)."""
+    """A compile/cell-build progress display (transient; shown only for steps over 1 s), or
+    the clear_output that removes finished progress displays before any other output."""
+    if m["msg_type"] == "clear_output":
+        return True
     return (m["msg_type"] in ("display_data", "update_display_data")
             and (m["content"].get("transient") or {}).get("display_id", "").startswith("jaxrepl-progress-"))
 

@@ -10,7 +10,8 @@
 
 use super::highlight::{self, Language};
 use super::term::Printer;
-use crate::session::{Completeness, ExecStatus, Session, SessionOptions, slots};
+use crate::session::{Completeness, ExecStatus, Output, Session, SessionOptions, slots};
+use std::io::IsTerminal;
 use anyhow::Result;
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
@@ -111,6 +112,9 @@ pub fn run(opts: SessionOptions) -> Result<()> {
     if std::env::var_os("JAXREPL_TIMING").is_some() {
         eprintln!("[timing] prompt after {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
     }
+    if !std::io::stdin().is_terminal() {
+        return run_piped(&session, &printer);
+    }
     let mut count = 1;
     loop {
         let prompt = format!("In [{count}]: ");
@@ -121,29 +125,7 @@ pub fn run(opts: SessionOptions) -> Result<()> {
                 }
                 let _ = editor.add_history_entry(line.as_str());
                 let _ = editor.save_history(&history);
-                let t0 = Instant::now();
-                if !session.borrow().is_ready() {
-                    eprintln!("(the session is still starting: its evaluation process is not ready yet; Ctrl-C stops waiting)");
-                }
-                // A cell's requests for input (debug::breakpoint!'s jdb prompt) read a line here.
-                let mut read_input = |prompt: &str| -> Option<String> {
-                    use std::io::Write;
-                    print!("{prompt}");
-                    let _ = std::io::stdout().flush();
-                    let mut answer = String::new();
-                    match std::io::stdin().read_line(&mut answer) {
-                        Ok(0) | Err(_) => None,
-                        Ok(_) => Some(answer),
-                    }
-                };
-                session.borrow_mut().set_execution_count(count as u64);
-                let status = session.borrow_mut().execute_with_input(&line, &mut |o| printer.print(&o), &mut read_input);
-                if std::env::var_os("JAXREPL_TIMING").is_some() {
-                    eprintln!("[timing] cell {count}: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
-                }
-                if status == ExecStatus::Interrupted {
-                    println!("(interrupted)");
-                }
+                run_cell(&session, &printer, count, &line);
                 count += 1;
             }
             Err(ReadlineError::Interrupted) => {
@@ -156,4 +138,129 @@ pub fn run(opts: SessionOptions) -> Result<()> {
     }
     let _ = editor.save_history(&history);
     Ok(())
+}
+
+/// Runs one cell numbered `count`, printing its outputs.
+fn run_cell(session: &RefCell<Session>, printer: &Printer, count: usize, line: &str) {
+    let t0 = Instant::now();
+    if !session.borrow().is_ready() {
+        eprintln!("(the session is still starting: its evaluation process is not ready yet; Ctrl-C stops waiting)");
+    }
+    // A cell's requests for input (debug::breakpoint!'s jdb prompt) read a line here.
+    let mut read_input = |prompt: &str| -> Option<String> {
+        use std::io::Write;
+        print!("{prompt}");
+        let _ = std::io::stdout().flush();
+        let mut answer = String::new();
+        match std::io::stdin().read_line(&mut answer) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(answer),
+        }
+    };
+    session.borrow_mut().set_execution_count(count as u64);
+    let status = session.borrow_mut().execute_with_input(line, &mut |o| printer.print(&o), &mut read_input);
+    if std::env::var_os("JAXREPL_TIMING").is_some() {
+        eprintln!("[timing] cell {count}: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
+    }
+    if status == ExecStatus::Interrupted {
+        println!("(interrupted)");
+    }
+}
+
+/// Input from a pipe or file (`printf 'let a = 1;\n' | jaxrepl`): lines are gathered into
+/// cells as at the prompt (a cell ends where its brackets, strings and comments close;
+/// two empty lines end it anyway), and input still incomplete at the end of the file is
+/// reported as an error, not dropped.
+fn run_piped(session: &RefCell<Session>, printer: &Printer) -> Result<()> {
+    let mut cells = PipedCells::default();
+    let mut count = 1;
+    loop {
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line)? == 0 {
+            break;
+        }
+        if let Some(cell) = cells.push(&line, |c| session.borrow().is_complete(c)) {
+            run_cell(session, printer, count, &cell);
+            count += 1;
+        }
+    }
+    if let Some(rest) = cells.finish(|c| session.borrow().is_complete(c)) {
+        match rest {
+            Ok(cell) => run_cell(session, printer, count, &cell),
+            Err(error) => printer.print(&error),
+        }
+    }
+    Ok(())
+}
+
+/// Gathers piped lines into cells (see [`run_piped`]).
+#[derive(Default)]
+struct PipedCells {
+    buffer: String,
+}
+
+impl PipedCells {
+    /// Adds `line` (with its newline, if any); returns a cell when one is complete.
+    fn push(&mut self, line: &str, complete: impl Fn(&str) -> Completeness) -> Option<String> {
+        self.buffer.push_str(line);
+        if self.buffer.trim().is_empty() {
+            self.buffer.clear();
+            return None;
+        }
+        let input = self.buffer.strip_suffix('\n').unwrap_or(&self.buffer);
+        let forced = input.ends_with("\n\n");
+        if forced || !matches!(complete(input), Completeness::Incomplete(_)) {
+            let cell = input.trim_end().to_string();
+            self.buffer.clear();
+            return Some(cell);
+        }
+        None
+    }
+
+    /// At the end of the input: the last cell if it is complete, else the error that says
+    /// it is not (and that it did not run); `None` when nothing is left.
+    fn finish(&mut self, complete: impl Fn(&str) -> Completeness) -> Option<Result<String, Output>> {
+        let rest = std::mem::take(&mut self.buffer);
+        let rest = rest.trim_end();
+        if rest.trim().is_empty() {
+            return None;
+        }
+        if !matches!(complete(rest), Completeness::Incomplete(_)) {
+            return Some(Ok(rest.to_string()));
+        }
+        let mut traceback = vec!["IncompleteInput: incomplete input at end of file (an unclosed bracket, string or comment); it did not run:".to_string()];
+        traceback.extend(rest.trim_start_matches('\n').lines().map(|l| format!("    {l}")));
+        Some(Err(Output::Error {
+            ename: "IncompleteInput".into(),
+            evalue: format!("incomplete input at end of file: {}", rest.trim()),
+            traceback,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::complete_for_tests as complete;
+
+    #[test]
+    fn piped_lines_become_cells_and_an_incomplete_end_is_an_error() {
+        let mut cells = PipedCells::default();
+        assert_eq!(cells.push("let a = 1;\n", complete), Some("let a = 1;".to_string()));
+        assert_eq!(cells.push("\n", complete), None);
+        assert_eq!(cells.push("let f = |x: i32| {\n", complete), None);
+        assert_eq!(cells.push("    x + 1\n", complete), None);
+        assert_eq!(cells.push("};\n", complete), Some("let f = |x: i32| {\n    x + 1\n};".to_string()));
+        assert_eq!(cells.push("let b = (a +\n", complete), None);
+        let Some(Err(Output::Error { ename, evalue, traceback })) = cells.finish(complete) else { panic!() };
+        assert_eq!((ename.as_str(), evalue.as_str()), ("IncompleteInput", "incomplete input at end of file: let b = (a +"));
+        assert_eq!(traceback[1], "    let b = (a +");
+        // A last line without its newline still runs; nothing left gives nothing.
+        assert_eq!(cells.push("a + 1", complete), Some("a + 1".to_string()));
+        assert!(cells.finish(complete).is_none());
+        // Two empty lines end a cell anyway (the compiler then speaks).
+        assert_eq!(cells.push("let c = (1,\n", complete), None);
+        assert_eq!(cells.push("\n", complete), None);
+        assert_eq!(cells.push("\n", complete), Some("let c = (1,".to_string()));
+    }
 }

@@ -97,6 +97,8 @@ pub struct Ctx {
     /// Whether the engine prelude is loaded (cells then register their lines with the
     /// engine: `jax::interactive::enter_cell`).
     pub engine: bool,
+    /// Whether evcxr's `?` support is on, so cells get the `?` stop hook (`qmark.rs`).
+    pub stop_hook: bool,
 }
 
 /// Creates an evcxr context building in `slot`, with the MLIR build variables set; the
@@ -150,6 +152,7 @@ pub fn create_context(slot: &Slot, work_dir: Option<&std::path::Path>) -> Result
         cmd: evcxr::CommandContext::with_eval_context(eval),
         outputs,
         engine: false,
+        stop_hook: false,
     })
 }
 

@@ -57,6 +57,25 @@ pub enum Brackets {
 
 /// Scans `code` for its brackets, strings and comments (see [`Brackets`]).
 pub fn scan_brackets(code: &str) -> Brackets {
+    scan_code(code, &mut |_, _| {})
+}
+
+/// The lines (1-based, ascending, each once) holding `?` operators of `code`: a `?`
+/// outside strings, char literals and comments.
+pub fn question_mark_lines(code: &str) -> Vec<usize> {
+    let mut lines: Vec<usize> = Vec::new();
+    scan_code(code, &mut |at, c| {
+        let line = code[..at].matches('\n').count() + 1;
+        if c == b'?' && lines.last() != Some(&line) {
+            lines.push(line);
+        }
+    });
+    lines
+}
+
+/// [`scan_brackets`], calling `visit(offset, byte)` for each byte of code outside strings,
+/// char literals, comments and identifiers.
+fn scan_code(code: &str, visit: &mut dyn FnMut(usize, u8)) -> Brackets {
     let mut stack: Vec<(char, usize)> = Vec::new();
     let b = code.as_bytes();
     let n = b.len();
@@ -153,7 +172,7 @@ pub fn scan_brackets(code: &str) -> Brackets {
                 // handled by the quote branch next round.
                 continue;
             }
-            _ => {}
+            _ => visit(i, c),
         }
         i += 1;
     }

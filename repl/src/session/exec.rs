@@ -6,6 +6,7 @@ use super::bindings;
 use super::child::{self, Ctx, Shared};
 use super::complete::{KEYWORDS, PRELUDE_NAMES, clamp_to_boundary, word_at, word_before};
 use super::magic::{self, MAGICS, Rewrite};
+use super::qmark;
 use super::render;
 use super::slots::Slot;
 use super::{Completions, ExecStatus, Output, Session, SessionOptions, Started, State};
@@ -47,6 +48,7 @@ fn run_setup(ctx: &mut Ctx, opts: &SessionOptions) -> Vec<Output> {
     let hook = child::panic_hook_code(false);
     ctx.engine = false;
     let mut notes = Vec::new();
+    ctx.stop_hook = false;
     if opts.prelude {
         if !opts.engine_path.join("Cargo.toml").is_file() {
             notes.push(render::simple_error(
@@ -57,10 +59,17 @@ fn run_setup(ctx: &mut Ctx, opts: &SessionOptions) -> Vec<Output> {
                 ),
             ));
         } else {
-            let code = format!("{}\n{}", child::prelude_code(&opts.engine_path), child::panic_hook_code(true));
+            let code = format!(
+                "{}\n{}\n{}\n{}",
+                qmark::ERROR_FORMAT_COMMAND,
+                child::prelude_code(&opts.engine_path),
+                child::panic_hook_code(true),
+                qmark::ENABLE_QUESTION_MARK
+            );
             match eval_quiet(ctx, &code) {
                 Ok(()) => {
                     ctx.engine = true;
+                    ctx.stop_hook = true;
                     return notes;
                 }
                 Err(msg) => notes.push(render::simple_error(
@@ -70,8 +79,9 @@ fn run_setup(ctx: &mut Ctx, opts: &SessionOptions) -> Vec<Output> {
             }
         }
     }
-    if let Err(msg) = eval_quiet(ctx, &hook) {
-        notes.push(render::simple_error("SetupError", format!("installing the panic hook failed:\n{msg}")));
+    match eval_quiet(ctx, &format!("{hook}\n{}", qmark::ENABLE_QUESTION_MARK)) {
+        Ok(()) => ctx.stop_hook = true,
+        Err(msg) => notes.push(render::simple_error("SetupError", format!("installing the panic hook failed:\n{msg}"))),
     }
     notes
 }
@@ -214,13 +224,13 @@ impl Session {
         let vars_before = self.vars.clone();
         let label = self.execution_count.take().unwrap_or(cell_number);
         let located = located_code(ctx, &self.slot, label, code);
+        // Sorts the child's stderr: `?` errors, the stack-overflow line, text.
+        let mut router = qmark::StderrRouter::new(label, code);
         let shift = usize::from(located.is_some());
         let rewritten = code;
         let code = located.as_deref().unwrap_or(code);
         let shared = self.shared.clone();
         let cell_pid = shared.child_pid();
-        // Set when the engine's stack-overflow line arrives (the child is dying of it).
-        let mut overflowed = false;
         shared.in_cell.store(true, std::sync::atomic::Ordering::SeqCst);
         let result = std::thread::scope(|scope| {
             let cmd = &mut ctx.cmd;
@@ -233,11 +243,11 @@ impl Session {
             loop {
                 let mut idle = true;
                 while let Ok(line) = outs.stdout.try_recv() {
-                    sink(Output::Stdout(line + "\n"));
+                    sink(Output::Stdout(qmark::readable(&line) + "\n"));
                     idle = false;
                 }
                 while let Ok(line) = outs.stderr.try_recv() {
-                    route_stderr(line, &mut overflowed, sink);
+                    router.route(line, sink);
                     idle = false;
                 }
                 if worker.is_finished() {
@@ -269,7 +279,7 @@ impl Session {
                 }
                 if idle {
                     if let Ok(line) = outs.stdout.recv_timeout(Duration::from_millis(5)) {
-                        sink(Output::Stdout(line + "\n"));
+                        sink(Output::Stdout(qmark::readable(&line) + "\n"));
                     }
                 }
             }
@@ -283,30 +293,37 @@ impl Session {
         // Lines still in flight from the child's stderr: wait for a short quiet period.
         let drain_until = Instant::now() + Duration::from_millis(300);
         while let Ok(line) = ctx.outputs.stdout.try_recv() {
-            sink(Output::Stdout(line + "\n"));
+            sink(Output::Stdout(qmark::readable(&line) + "\n"));
         }
         while Instant::now() < drain_until {
             match ctx.outputs.stderr.recv_timeout(Duration::from_millis(15)) {
-                Ok(line) => route_stderr(line, &mut overflowed, sink),
+                Ok(line) => router.route(line, sink),
                 Err(_) => break,
             }
         }
+        router.flush(sink);
+        let overflowed = router.overflowed;
+        let stops = std::mem::take(&mut router.stops);
         let interrupted = shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner()).is_some();
         let generated = ctx.cmd.last_source().ok();
         let status = match result {
             Ok(Ok(outputs)) => {
                 let panicked = outputs.content_by_mime_type.contains_key(render::PANIC_MIME);
-                let (display, mut errors) = render::split_outputs(outputs.content_by_mime_type, rewritten, generated.as_deref());
-                // A cell that stopped early (a panic, or `?` on an `Err`, which evcxr prints
-                // on stderr) keeps none of the variables it bound: say which.
+                let (display, split_errors) = render::split_outputs(outputs.content_by_mime_type, rewritten, generated.as_deref());
+                // A `?` that stopped the cell: its error (qmark.rs), before any other.
+                let stopped = !stops.is_empty();
+                let mut errors = stops;
+                errors.extend(split_errors);
+                // A cell that stopped early (a panic, or `?` on an `Err`) keeps none of
+                // the variables it bound: say which.
                 self.refresh_vars();
-                if panicked || saw_stderr.get() {
+                if panicked || stopped || saw_stderr.get() {
                     let bound = bindings::cell_bindings(rewritten);
                     let has = |vars: &[(String, String)], n: &str| vars.iter().any(|(v, _)| v == n);
                     let (lost, stale): (Vec<_>, Vec<_>) =
                         bound.into_iter().filter(|b| !has(&self.vars, &b.name) || has(&vars_before, &b.name)).partition(|b| !has(&self.vars, &b.name));
                     // Names also bound before are certainly stale only when the cell failed.
-                    let stale = if panicked || !lost.is_empty() { stale } else { Vec::new() };
+                    let stale = if panicked || stopped || !lost.is_empty() { stale } else { Vec::new() };
                     if let Some(note) = bindings::not_kept_note(&lost, &stale) {
                         match errors.last_mut() {
                             Some(Output::Error { traceback, .. }) => {
@@ -466,17 +483,25 @@ fn compiling_now() -> bool {
     false
 }
 
-/// `code` with the call that registers its lines with the engine prepended
-/// (`jax::interactive::enter_cell`: engine locations then read `cell N, line L`), or
-/// `None` when the engine is not loaded or the cell holds evcxr `:` commands. The call
-/// takes one line of its own: compile errors shift their line numbers back by one.
+/// `code` with one line of session code in front: the `?` stop hook (`qmark::STOP_HOOK`)
+/// and, with the engine, the call that registers the cell's lines with the engine
+/// (`jax::interactive::enter_cell`: engine locations then read `cell N, line L`); `None`
+/// when there is nothing to add or the cell holds evcxr `:` commands. Compile errors
+/// shift their line numbers back by one.
 fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<String> {
     let command = |l: &str| l.trim_start().starts_with(':') && !l.trim_start().starts_with("::");
-    if !ctx.engine || code.lines().any(command) {
+    if !(ctx.engine || ctx.stop_hook) || code.lines().any(command) {
         return None;
     }
-    let lib_rs = slot.dir().join("src").join("lib.rs");
-    Some(format!("jax::interactive::enter_cell({label}, {:?}, {code:?});\n{code}", lib_rs.to_string_lossy()))
+    let mut first = String::new();
+    if ctx.stop_hook {
+        first.push_str(qmark::STOP_HOOK);
+    }
+    if ctx.engine {
+        let lib_rs = slot.dir().join("src").join("lib.rs");
+        first.push_str(&format!(" jax::interactive::enter_cell({label}, {:?}, {code:?});", lib_rs.to_string_lossy()));
+    }
+    Some(format!("{first}\n{code}"))
 }
 
 /// The line the engine writes to stderr when the child dies of a stack overflow
@@ -489,17 +514,6 @@ pub const STACK_OVERFLOW_HINT: &str = "The usual cause is recursion too deep for
      without end: check the recursion's base case, and turn deep recursion into a loop (Rust does not \
      eliminate tail calls). Code that must recurse deeply can run on a thread with a larger stack: \
      std::thread::Builder::new().stack_size(512 << 20).spawn(move || ...)?.join()";
-
-/// Passes a line of the child's stderr on to `sink`, except the engine's stack-overflow
-/// line, which sets `overflowed` instead (the death that follows is reported once, as a
-/// stack overflow).
-fn route_stderr(line: String, overflowed: &mut bool, sink: &mut dyn FnMut(Output)) {
-    if line.trim_end() == STACK_OVERFLOW_MARKER {
-        *overflowed = true;
-    } else {
-        sink(stderr_output(line));
-    }
-}
 
 /// A line from the child's stderr: an engine progress event (`jax::progress`'s wire
 /// format) or plain stderr text.
@@ -863,17 +877,6 @@ mod tests {
         let ours = static_completions(&[], "jit", 3);
         let c = merge_completions("jit", ours, Some((0, 3, vec!["jit(".into()])));
         assert_eq!(c.matches, vec!["jit(", "jit"]);
-    }
-
-    #[test]
-    fn the_stack_overflow_line_is_not_shown() {
-        let mut seen = Vec::new();
-        let mut overflowed = false;
-        route_stderr("warning: x".into(), &mut overflowed, &mut |o| seen.push(o));
-        assert!(!overflowed);
-        route_stderr(STACK_OVERFLOW_MARKER.to_string(), &mut overflowed, &mut |o| seen.push(o));
-        assert!(overflowed);
-        assert_eq!(seen, vec![Output::Stderr("warning: x\n".into())]);
     }
 
     #[test]

@@ -173,6 +173,9 @@ pub fn rewrite_mapped(cell: &str) -> (Rewrite, Option<MagicColumns>) {
             if let Some(msg) = unbalanced_argument(spec, cell, start + indent, body_offset, body) {
                 return (Rewrite::Error(msg), None);
             }
+            if let Some(msg) = second_expression(spec, body, line) {
+                return (Rewrite::Error(msg), None);
+            }
             let columns = MagicColumns {
                 line,
                 percent: chars(&cell[start..start + indent]),
@@ -254,6 +257,83 @@ fn unbalanced_argument(spec: &MagicSpec, cell: &str, magic_at: usize, body_at: u
         }
     };
     Some(format!("{head}\nfix: {fix}"))
+}
+
+/// The error for a magic that takes one expression given two (`%sharding x x`,
+/// `%mesh m, n`), on line `line` of the cell, with the usage; `None` otherwise. Without
+/// it rustc would see `&(x x)` and talk about the generated code (a tuple).
+fn second_expression(spec: &MagicSpec, body: &str, line: usize) -> Option<String> {
+    let usage = match spec.arg {
+        MagicArg::Ref => format!("%{} X", spec.name),
+        MagicArg::OptRef => format!("%{} [M]", spec.name),
+        _ => return None,
+    };
+    let at = second_expression_at(body)?;
+    let name = spec.name;
+    Some(format!(
+        "%{name} takes one expression, but line {line} has more: `{}` (a second one starts at `{}`)\nusage: {usage}, e.g. `%{name} x`",
+        body.trim(),
+        body[at..].trim()
+    ))
+}
+
+/// Where a second expression starts in `body` (byte offset), outside brackets: after a
+/// `,`, or a word or literal that follows another operand with only space between
+/// (`x y`, `x "a"`); keywords (`as`, `if`, `else`, `move`, ...) join parts of one
+/// expression. Strings and char literals are skipped.
+fn second_expression_at(body: &str) -> Option<usize> {
+    const JOINERS: &[&str] = &["as", "if", "else", "match", "in", "move", "mut", "ref", "unsafe", "async", "return", "loop", "while", "for", "dyn", "impl"];
+    #[derive(Clone, Copy, PartialEq)]
+    enum Last {
+        Nothing,
+        Operand,
+        Other,
+    }
+    let b = body.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let (mut i, mut depth, mut last, mut gap) = (0, 0usize, Last::Nothing, false);
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_whitespace() {
+            gap = true;
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let kind = if word(c) {
+            while i < b.len() && word(b[i]) {
+                i += 1;
+            }
+            if JOINERS.contains(&&body[start..i]) { Last::Other } else { Last::Operand }
+        } else if c == b'"' {
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+            Last::Operand
+        } else {
+            i += 1;
+            match c {
+                b'(' | b'[' | b'{' => depth += 1,
+                b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+                b',' if depth == 0 => {
+                    let rest = &body[i..];
+                    return (!rest.trim().is_empty()).then(|| i + (rest.len() - rest.trim_start().len()));
+                }
+                _ => {}
+            }
+            if matches!(c, b')' | b']' | b'}') { Last::Operand } else { Last::Other }
+        };
+        if depth == 0 && gap && last == Last::Operand && kind == Last::Operand && (word(c) || c == b'"') {
+            return Some(start);
+        }
+        if depth == 0 || (depth == 1 && matches!(c, b'(' | b'[' | b'{')) {
+            last = kind;
+        }
+        gap = false;
+    }
+    None
 }
 
 /// The byte offset of the line holding the cell's magic, if any: the first non-blank line
@@ -371,6 +451,20 @@ mod tests {
         match rewrite(cell) {
             Rewrite::Code(c) => c,
             other => panic!("expected code for {cell:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_second_expression_for_a_one_expression_magic_is_a_magic_error() {
+        let Rewrite::Error(e) = rewrite("%sharding x x") else { panic!() };
+        assert_eq!(e, "%sharding takes one expression, but line 1 has more: `x x` (a second one starts at `x`)\nusage: %sharding X, e.g. `%sharding x`");
+        let Rewrite::Error(e) = rewrite("let m = 1;\n%mesh m, n;") else { panic!() };
+        assert!(e.starts_with("%mesh takes one expression, but line 2 has more: `m, n` (a second one starts at `n`)\nusage: %mesh [M]"), "{e}");
+        assert!(matches!(rewrite("%sharding ys[0] \"a\""), Rewrite::Error(_)));
+        // One expression, with spaces, keywords, calls, closures, strings and tuples.
+        for one in ["%sharding x", "%sharding &x + 1.0", "%sharding ys[0]", "%sharding x as f32", "%sharding f(a, b)",
+            "%sharding if c { x } else { y }", "%sharding (move |v: Array| v)(x)", "%sharding g(\"a b\")", "%sharding x\n    .clone()", "%mesh"] {
+            assert!(matches!(rewrite(one), Rewrite::Code(_)), "{one}");
         }
     }
 

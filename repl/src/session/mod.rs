@@ -19,11 +19,14 @@ mod complete;
 mod exec;
 mod input;
 pub mod magic;
+mod qmark;
 mod render;
 pub mod slots;
 
 pub use child::InterruptHandle;
 pub use complete::{KEYWORDS, PRELUDE_NAMES};
+#[cfg(test)]
+pub(crate) use complete::is_complete as complete_for_tests;
 
 use anyhow::Result;
 use child::{Ctx, Shared};

@@ -234,11 +234,16 @@ pub fn compile_errors(
             .iter()
             .filter(|s| s.span.is_none_or(|sp| sp.start_line > shift))
             .cloned()
-            .map(|mut s| {
+            .filter_map(|mut s| {
                 if let Some(sp) = &mut s.span {
                     sp.start_line -= shift;
                     sp.end_line = sp.end_line.saturating_sub(shift).max(sp.start_line);
                     if let Some(m) = magic {
+                        // A note about the generated call (rustc's "while parsing the
+                        // body of this closure") means nothing to the user: dropped.
+                        if sp.start_line == m.line && !s.is_primary && sp.start_column <= m.code_start {
+                            return None;
+                        }
                         if sp.start_line == m.line {
                             sp.start_column = m.user_column(sp.start_column);
                         }
@@ -247,7 +252,7 @@ pub fn compile_errors(
                         }
                     }
                 }
-                s
+                Some(s)
             })
             .collect();
         let mut located: Vec<_> = spans.iter().filter(|s| s.span.is_some()).collect();
@@ -291,6 +296,10 @@ pub fn compile_errors(
         }
         for help in error.help() {
             // The first line is the advice; rustc's suggested replacement text follows it.
+            // Advice about the magic's generated closure does not apply to the user's line.
+            if magic.is_some() && help.contains("closure") {
+                continue;
+            }
             if let Some(line) = help.lines().next() {
                 traceback.push(format!("{pad} = help: {line}"));
             }

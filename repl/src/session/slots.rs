@@ -67,6 +67,8 @@ impl Slot {
             let dir = root.join(format!("slot-{index}"));
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("creating {}", dir.display()))?;
+            // Under the lock: no build runs in the slot now.
+            prune(&dir);
             return Ok(Slot {
                 index,
                 dir,
@@ -90,6 +92,71 @@ impl Slot {
     }
 }
 
+/// The engine's crates as cargo names their artefacts in a slot: the engine dylib, its
+/// derive macros, and evcxr's cell crate.
+const ENGINE_CRATES: &[&str] = &["jax", "jax_derive", "ctx"];
+
+/// Deletes stale build state in slot directory `dir` (its `target/`); returns the paths
+/// deleted. cargo gives a path crate a new incremental directory
+/// (`incremental/<crate>-<hash>`, ~270 MB for the engine) and new `deps/` files whenever
+/// its source path or metadata hash changes (each clone, each worktree, each engine
+/// version), and never deletes the old ones. Kept: for each crate the newest incremental
+/// directory (by modification time); for each engine crate ([`ENGINE_CRATES`]) and file
+/// kind the newest `deps/lib<crate>-<hash>.<ext>` / `deps/<crate>-<hash>.d`. Errors
+/// (a file vanished, no permission) only skip that entry: pruning never fails a session.
+pub fn prune(dir: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let target = dir.join("target");
+    let Ok(entries) = std::fs::read_dir(&target) else { return removed };
+    // `target/debug` and `target/<triple>/debug` (evcxr builds for an explicit triple).
+    let mut profiles = vec![target.join("debug")];
+    profiles.extend(entries.flatten().map(|e| e.path().join("debug")));
+    for profile in profiles.into_iter().filter(|p| p.is_dir()) {
+        prune_older(&profile.join("incremental"), |name, is_dir| is_dir.then(|| hashed_stem(name).map(str::to_string)).flatten(), &mut removed);
+        prune_older(&profile.join("deps"), |name, is_dir| (!is_dir).then(|| engine_artefact(name)).flatten(), &mut removed);
+    }
+    removed
+}
+
+/// In directory `dir`, groups entries by `key(name, is_dir)` (`None`: not pruned) and
+/// deletes all but the newest of each group, pushing their paths to `removed`.
+fn prune_older(dir: &Path, key: impl Fn(&str, bool) -> Option<String>, removed: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut groups: std::collections::HashMap<String, Vec<(std::time::SystemTime, PathBuf)>> = Default::default();
+    for entry in entries.flatten() {
+        let (Some(name), Ok(meta)) = (entry.file_name().to_str().map(str::to_string), entry.metadata()) else { continue };
+        let Some(k) = key(&name, meta.is_dir()) else { continue };
+        let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        groups.entry(k).or_default().push((modified, entry.path()));
+    }
+    for (_, mut members) in groups {
+        members.sort();
+        members.pop(); // the newest stays
+        for (_, path) in members {
+            let gone = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+            if gone.is_ok() {
+                removed.push(path);
+            }
+        }
+    }
+}
+
+/// `jax` of `jax-17tqsu9sxz4qg` (a name, `-`, a hash of letters and digits).
+fn hashed_stem(name: &str) -> Option<&str> {
+    let (stem, hash) = name.rsplit_once('-')?;
+    (!stem.is_empty() && !hash.is_empty() && hash.chars().all(|c| c.is_ascii_alphanumeric())).then_some(stem)
+}
+
+/// The group of an engine crate's hashed `deps/` file: `libjax.rmeta` for
+/// `libjax-16f91eff14e02a10.rmeta`, `jax.d` for `jax-16f91eff14e02a10.d`; `None` for other
+/// crates and for unhashed files (`libjax.so`, which evcxr loads).
+fn engine_artefact(name: &str) -> Option<String> {
+    let (base, ext) = name.split_once('.')?;
+    let stem = hashed_stem(base)?;
+    let krate = stem.strip_prefix("lib").filter(|_| ext != "d").unwrap_or(stem);
+    ENGINE_CRATES.contains(&krate).then(|| format!("{stem}.{ext}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +174,67 @@ mod tests {
         assert_eq!(c.index(), 0);
         drop((b, c));
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn prune_keeps_the_newest_incremental_dir_and_engine_artefact_of_each_crate() {
+        let slot = std::env::temp_dir().join(format!("jaxrepl-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&slot);
+        let debug = slot.join("target/x86_64-unknown-linux-gnu/debug");
+        let (inc, deps) = (debug.join("incremental"), debug.join("deps"));
+        // Oldest first: each later entry gets a later modification time.
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let make = |path: PathBuf, age: u64| {
+            if path.extension().is_none() && path.parent() == Some(inc.as_path()) {
+                std::fs::create_dir_all(path.join("s-abc")).unwrap();
+                std::fs::write(path.join("s-abc/dep-graph.bin"), b"x").unwrap();
+            } else {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, b"x").unwrap();
+            }
+            let f = File::open(&path).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(age)).unwrap();
+        };
+        for (name, age) in [("jax-17tqsu9sxz4qg", 10), ("jax-3owr0hm2g3c47", 20), ("jax-0aaaaaaaaaaaa", 5), ("ctx-1c5fto1udg1dq", 30), ("ctx-32djvacg7bsg4", 1), ("jax_derive-9zz", 3)] {
+            make(inc.join(name), age);
+        }
+        for (name, age) in [
+            ("libjax-16f91eff14e02a10.rmeta", 10),
+            ("libjax-a65cf6a967c4eb49.rmeta", 20),
+            ("jax-16f91eff14e02a10.d", 10),
+            ("jax-a65cf6a967c4eb49.d", 20),
+            ("libjax.so", 1),
+            ("libjax.rlib", 1),
+            ("libndarray-0123456789abcdef.rlib", 1),
+            ("libndarray-fedcba9876543210.rlib", 2),
+            ("libjax_derive-0123456789abcdef.so", 1),
+            ("libjax_derive-fedcba9876543210.so", 2),
+        ] {
+            make(deps.join(name), age);
+        }
+        let mut removed: Vec<String> = prune(&slot).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        removed.sort();
+        assert_eq!(
+            removed,
+            [
+                "ctx-32djvacg7bsg4",
+                "jax-0aaaaaaaaaaaa",
+                "jax-16f91eff14e02a10.d",
+                "jax-17tqsu9sxz4qg",
+                "libjax-16f91eff14e02a10.rmeta",
+                "libjax_derive-0123456789abcdef.so",
+            ]
+        );
+        let left = |d: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(left(&inc), ["ctx-1c5fto1udg1dq", "jax-3owr0hm2g3c47", "jax_derive-9zz"]);
+        assert!(left(&deps).contains(&"libndarray-0123456789abcdef.rlib".to_string()), "other crates' artefacts stay");
+        // Nothing more to do the second time; a slot without a target is fine.
+        assert!(prune(&slot).is_empty());
+        assert!(prune(&slot.join("nothing-here")).is_empty());
+        let _ = std::fs::remove_dir_all(&slot);
     }
 }
