@@ -65,9 +65,12 @@ pub fn scan_brackets(code: &str) -> Brackets {
 pub fn question_mark_lines(code: &str) -> Vec<usize> {
     let mut lines: Vec<usize> = Vec::new();
     scan_code(code, &mut |at, c| {
-        let line = code[..at].matches('\n').count() + 1;
-        if c == b'?' && lines.last() != Some(&line) {
-            lines.push(line);
+        // Offsets may fall inside a multi-byte character (`é`): count bytes, never slice.
+        if c == b'?' {
+            let line = code.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            if lines.last() != Some(&line) {
+                lines.push(line);
+            }
         }
     });
     lines

@@ -196,6 +196,10 @@ mod tests {
         assert_eq!(seen[0], Output::Stderr("ParseIntError {\n".into()));
         let [Output::Error { ename, evalue, .. }] = r.stops.as_slice() else { panic!("{:?}", r.stops) };
         assert_eq!((ename.as_str(), evalue.as_str()), ("Error", "the `?` at cell 7, line 1 returned an error (printed above)"));
+        // Non-ASCII text around: lines still count (and nothing panics).
+        let (_, r) = route_all(9, "let crème_brûlée = \"é?\";\nlet é = f()?;", &[STOP_MARKER.to_string()]);
+        let [Output::Error { evalue, .. }] = r.stops.as_slice() else { panic!() };
+        assert_eq!(evalue, "the `?` at cell 9, line 2 returned an error (printed above)");
         // `?`s on two lines: only the cell is named.
         let (_, r) = route_all(8, "a()?;\nb()?;", &[STOP_MARKER.to_string()]);
         let [Output::Error { evalue, .. }] = r.stops.as_slice() else { panic!() };
