@@ -288,7 +288,7 @@ mod tests {
     use crate::ir::SourceInfo;
 
     /// The session's error line for an error returned with `?` (the session's test parses
-    /// the same literal: repl/src/session/exec.rs).
+    /// the same literal: repl/src/session/qmark.rs).
     #[test]
     fn error_json_is_one_line_with_the_users_location() {
         let e = Error::value_error("axis 4 is out of bounds\nfor an array of rank 1")
