@@ -871,12 +871,65 @@ pub(crate) fn describe(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &Stage
     Some(plan_text(&p, mesh))
 }
 
-/// The texts for the plan a jit call on `inputs` ran: (`%compile`'s: as `describe`;
-/// `%lower`'s: the per-device program and each segment's lowered module); `None`: gather path.
-pub(crate) fn describe_call(j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<(String, String)> {
+/// What magics show for a jit call that ran partitioned (`partition::describe_call`).
+pub(crate) struct CallTexts {
+    /// `%compile`'s text: as `describe`.
+    pub(crate) compiled: String,
+    /// `%lower`'s text: for a program with `shard_map`, the global module (each
+    /// `shard_map` one `sdy.manual_computation` region with its collectives, Shardy
+    /// annotations on `@main`, `lower/manual.rs`); otherwise the per-device program and
+    /// each segment's lowered module.
+    pub(crate) lowered: String,
+    /// `%cost`'s analysis of the per-device program (see `per_device_cost`).
+    pub(crate) cost: crate::compile::CostAnalysis,
+    /// Devices the program runs on at once.
+    pub(crate) devices: usize,
+}
+
+/// The texts for the plan a jit call (`name`) on `inputs` ran; `None`: gather path.
+pub(crate) fn describe_call(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<CallTexts> {
     let (args, declared) = layouts(inputs, mesh);
     let p = cached_plan(j, mesh, &args, &declared, want, "compiled", opts).ok().flatten()?;
-    Some((plan_text(&p, mesh), plan_text_with(&p, mesh, &p.segment_lowered)))
+    let global = if p.manual { global_lowered(name, j, inputs, opts) } else { None };
+    Some(CallTexts {
+        compiled: plan_text(&p, mesh),
+        lowered: global.unwrap_or_else(|| plan_text_with(&p, mesh, &p.segment_lowered)),
+        cost: per_device_cost(&p),
+        devices: mesh.size(),
+    })
+}
+
+/// The global lowered module of `j` called on `inputs` (`shard_map`s as manual
+/// computations, Shardy annotations on `@main`); `None` when it does not lower.
+pub(crate) fn global_lowered(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], opts: &StageOptions) -> Option<String> {
+    let m = crate::transform::pipeline::lower_closed(j, name, opts).ok()?;
+    let leaves: Vec<Option<Arc<DeviceArray>>> = inputs.iter().cloned().map(Some).collect();
+    Some(match crate::sharding_rules::annotations(j, &leaves) {
+        Some(a) => crate::sharding_rules::annotate_text(&m.text, &a),
+        None => m.text,
+    })
+}
+
+/// The per-device cost (`per_device_cost`) of `j` called on arguments split as `args`;
+/// `None`: it would take the gather path.
+pub(crate) fn plan_cost(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &StageOptions) -> Option<crate::compile::CostAnalysis> {
+    cached_plan(j, mesh, args, args, &[], "compiled", opts).ok().flatten().map(|p| per_device_cost(&p))
+}
+
+/// The cost of one device's run of `p` (each of the mesh's devices runs the same
+/// program on its blocks): `compile::cost_analysis` of the per-device program (block
+/// shapes; bytes accessed = its arguments' and results' bytes on one device), plus one
+/// flop per result element of each reducing collective (`psum`/`pmax`/`pmin`/
+/// `reduce_scatter`: the combine XLA's cost analysis counts for an all-reduce). The
+/// whole mesh's cost is this times the device count.
+pub(crate) fn per_device_cost(p: &Plan) -> crate::compile::CostAnalysis {
+    let mut c = crate::compile::cost_analysis(&p.program);
+    for e in &p.program.eqns {
+        if let Primitive::Collective(Collective::Psum { .. } | Collective::Pmax { .. } | Collective::Pmin { .. } | Collective::ReduceScatter { .. }) = &e.primitive {
+            c.flops += e.outputs.iter().map(|v| v.aval.size()).sum::<usize>() as f64;
+        }
+    }
+    c
 }
 
 fn plan_text(p: &Plan, mesh: &Mesh) -> String {

@@ -25,6 +25,7 @@ mod control;
 mod conv;
 mod emit;
 mod indexing;
+pub(crate) mod manual;
 mod precision;
 mod recompute;
 mod scalar;
@@ -107,6 +108,9 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
         decls: BTreeSet::new(),
         lits: HashMap::new(),
         scope_prefix: format!("jit({name})"),
+        manual: vec![],
+        next_arg: j.invars.len(),
+        channels: 0,
     };
     let args: Vec<Val> = j.invars.iter().enumerate().map(|(i, v)| Val::T(format!("%arg{i}"), v.aval.clone())).collect();
     let outs = l.body(j, &jaxpr.consts, args)?;
@@ -200,6 +204,12 @@ pub(crate) struct Lowerer {
     lits: HashMap<(String, DType), String>,
     /// `jit(<name>)`: the first component of every op location (JAX's name stack root).
     scope_prefix: String,
+    /// The meshes of the `shard_map` bodies being lowered (innermost last; `manual.rs`).
+    manual: Vec<crate::sharding::Mesh>,
+    /// The next block-argument number (`%argN`) for regions (`manual.rs`).
+    next_arg: usize,
+    /// Collective channel handles handed out (`manual.rs`).
+    channels: usize,
 }
 
 /// The equations of `j` with every `transpose` that only swaps the two free-dim groups of
@@ -442,6 +452,9 @@ impl Lowerer {
                 self.host_callback(*callback, &ins, result_avals)?
             }
             Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
+            // Display only (`manual.rs`): the module is never compiled.
+            Primitive::ShardMap(sm) => self.manual_computation(sm, &ins, &eq.outputs)?,
+            Primitive::Collective(c) => self.collective(c, &ins, &eq.outputs)?,
             // Identity at run time; it only matters to differentiation.
             Primitive::StopGradient => ins.clone(),
             // Identity on one device; the partitioner lays the value out (`partition.rs`).

@@ -649,7 +649,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     ) {
         crate::magic::note_call(&self.inner.name, entry);
         if crate::magic::capturing() {
-            crate::magic::note_partitioned(crate::partition::describe_call(&entry.jaxpr, ins, mesh, want, opts));
+            crate::magic::note_partitioned(crate::partition::describe_call(&self.inner.name, &entry.jaxpr, ins, mesh, want, opts));
         }
         if traced_now {
             explain::record(Event {
@@ -895,7 +895,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let flat = self.flatten(args)?;
         let (entry, _) = self.lookup_or_trace(&flat, Location::caller())?;
         let mut t = Traced::new(self.clone(), entry.clone(), Signature::of(&flat));
-        if flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| d.sharded_info().is_some()))) {
+        if entry.has_shard_map || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| d.sharded_info().is_some()))) {
             let leaves: Vec<Option<Arc<DeviceArray>>> =
                 flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect();
             t.shardings = crate::sharding_rules::annotations(&entry.jaxpr, &leaves);

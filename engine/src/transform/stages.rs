@@ -200,6 +200,21 @@ impl<A: Pytree, R: Pytree> Lowered<A, R> {
         )
         .with_opt_level(opt_level))
     }
+    /// Flops, transcendentals and bytes accessed (JAX's `Lowered.cost_analysis()`; see
+    /// `compile::CostAnalysis`). A program with a `shard_map` (or traced on sharded
+    /// arguments) that the partitioner takes reports **one device's** cost, as XLA's
+    /// analysis of an SPMD program does: the per-device program on blocks, collectives'
+    /// combines counted (`partition::per_device_cost`); the mesh's total is that times
+    /// `jax::device_count()` of the mesh. Otherwise the whole program's cost.
+    pub fn cost_analysis(&self) -> CostAnalysis {
+        if let Some(a) = &self.shardings {
+            let opts = self.entry.stage_options(None);
+            if let Some(c) = crate::partition::plan_cost(&self.entry.jaxpr, a.mesh(), a.ins(), &opts) {
+                return c;
+            }
+        }
+        cost_analysis(&self.entry.jaxpr.jaxpr)
+    }
     /// Runs the compile pipelines pass by pass and diffs the module around each pass
     /// (`%diff-passes`). Errors: a pass fails.
     pub fn diff_passes(&self) -> Result<PassDiffs> {
