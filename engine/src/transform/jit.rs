@@ -562,6 +562,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                     compile_secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
                     reason: None,
                     persistent: art.persistent.clone(),
+                    partition: vec![],
                 });
             }
             Some(art)
@@ -661,6 +662,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 compile_secs: t0.elapsed().as_secs_f64(),
                 reason: None,
                 persistent: None,
+                partition: crate::partition::notes(&entry.jaxpr, ins, mesh, want, opts),
             });
         }
     }
