@@ -16,6 +16,8 @@
 //!   `psum`/`pmax`/`pmin` over the dim's axes;
 //! - `broadcast_in_dim`, `transpose`, `reshape` (a split dim staying the major dim of its
 //!   group) map the layout and rewrite their shape params to block shapes;
+//! - `scan`/`while`/`cond` whose bodies are shard-local run per device, nested `jit`s are
+//!   inlined (`loops.rs`);
 //! - anything else runs whole: its operands are all-gathered first (on the per-device
 //!   program, not a gather of the whole program) and its results are replicated.
 //!

@@ -553,6 +553,15 @@ fn sdy(dims: &Dims) -> String {
 /// Adds `attr` to the attribute dictionary after the type that ends at `pos` in `line`
 /// (creating ` {attr}` when there is none); returns the position after it.
 fn add_attr(line: &mut String, pos: usize, attr: &str) -> usize {
+    // After a memory kind (JAX's order: `mhlo.memory_kind = "pinned_host", sdy.sharding = ..`).
+    const KIND: &str = " {mhlo.memory_kind = \"";
+    if line[pos..].starts_with(KIND) {
+        if let Some(q) = line[pos + KIND.len()..].find('"') {
+            let at = pos + KIND.len() + q + 1;
+            line.insert_str(at, &format!(", {attr}"));
+            return at + attr.len() + 2;
+        }
+    }
     if line[pos..].starts_with(" {") {
         line.insert_str(pos + 2, &format!("{attr}, "));
         pos + 2 + attr.len() + 2

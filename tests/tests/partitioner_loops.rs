@@ -75,7 +75,12 @@ fn loop_bodies_with_matmuls_and_local_reductions_run_per_device() {
     let (x, _) = host_array(&[32, 16], 33);
     let (w, _) = host_array(&[16, 16], 34);
     let f = jit(|(x, w): (Array, Array)| -> Result<Array> {
-        lax::fori_loop(0, 5, |(_, h): (Array, Array)| -> Result<Array> { Ok(h.matmul(&w).tanh()) }, x)
+        // The loop index broadcast to h's shape (a whole value the body makes): broadcast
+        // straight to the block.
+        lax::fori_loop(0, 5, |(i, h): (Array, Array)| -> Result<Array> {
+            let b = jnp::broadcast_to(&(i.astype(DType::F32) * 0.01), &[32, 16])?;
+            Ok(h.matmul(&w).tanh() + b)
+        }, x)
     });
     let px = put(&x, &mesh, P!("i", None));
     let z = f.call((&px, &w)).unwrap();

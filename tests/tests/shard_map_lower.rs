@@ -51,10 +51,24 @@ fn lowered_text_is_one_module_with_a_manual_computation() {
     let l = jf.lower(&jnp::array(&host)).unwrap().as_text();
     assert!(l.contains(r#"@main(%arg0: tensor<16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>})"#), "{l}");
     assert!(l.contains("sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"i\"}]>]"), "{l}");
-    // The display module is not compiled: a clear error, and calls still run partitioned.
-    let e = jf.lower(&x).unwrap().compile().err().expect("a manual computation does not compile");
+    // `compile()` gives the per-device program (the display module itself never compiles):
+    // its calls run partitioned, its text is the per-device program, its cost one device's
+    // (JAX's example: 4 flops: 2 multiplies and the all-reduce's 2 additions).
+    let c = jf.lower(&x).unwrap().compile().unwrap();
+    let before = jax::sharding::partitioned_calls();
+    assert_eq!(c.call(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    assert!(jax::sharding::partitioned_calls() > before);
+    assert_eq!(c.call(&jnp::array(&host)).unwrap().to_vec::<f32>().unwrap(), want);
+    assert!(c.as_text().starts_with("// jaxrepl: shard_map over Mesh('i': 8"), "{}", c.as_text());
+    let cost = c.cost_analysis();
+    assert_eq!((cost.flops, cost.bytes_accessed), (4.0, 16.0));
+    assert!(c.llvm_ir().unwrap_err().message.contains("per-device segments"));
+    assert_eq!(c.memory_analysis().argument_size_in_bytes, 64);
+    // The display module alone does not compile: a clear error.
+    let t = jf.trace(&x).unwrap();
+    let module = jax::lower::lower_jaxpr(t.jaxpr(), "f", &Default::default()).unwrap();
+    let e = jax::transform::pipeline::compile_lowered(&module, &Default::default()).err().expect("display only");
     assert!(e.message.contains("display only"), "{}", e.message);
-    assert_eq!(jf.call(&x).unwrap().to_vec::<f32>().unwrap(), want);
 }
 
 /// Every collective's op and replica groups on a 4×2 mesh ('i' major): groups over 'j' are

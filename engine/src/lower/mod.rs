@@ -4,6 +4,9 @@
 //! Invariants kept here:
 //! - The text uses only func, arith, math, tensor, linalg (plus `bufferization.to_buffer` and
 //!   `memref.cast` for host callbacks); the memref calling convention belongs to `compile`.
+//!   Exception: a jaxpr with `shard_map` lowers, for display only, to JAX's
+//!   `sdy.manual_computation` regions and StableHLO collectives (`manual.rs`); such a
+//!   module is never compiled.
 //! - `@main`'s parameters are the large-constant parameters (`%constK`, one per entry of
 //!   `LoweredModule::const_args`, in order) followed by the user's arguments (`%argI`, whose
 //!   avals are `LoweredModule::in_avals`); its results are the jaxpr's outputs in order

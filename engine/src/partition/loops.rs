@@ -15,7 +15,8 @@
 //! Anything else on split values (a reduction over a split dim, a contraction of one, a
 //! reshape, a gather, nested control flow on split values, ...) is not local. Layouts are
 //! chosen by a small fixpoint: the operands' own layouts first; same-shaped whole operands
-//! then take a split operand's layout (a local slice); a carry whose body result comes
+//! then take a split operand's layout (a local slice), and whole values a body broadcasts
+//! from whole ones are broadcast straight to the block where a split value needs them; a carry whose body result comes
 //! back laid out differently starts in that layout; a scan's `xs` split along the scanned
 //! dim is all-gathered along it (its slices must be whole along it). 0-d values are then
 //! computed from whole values only, so all devices agree on trip counts and branches.
@@ -57,6 +58,9 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
         env.insert(v.id, (d.clone(), pv));
     }
     let mut eqns = vec![];
+    // Whole values made by `broadcast_in_dim` of a whole operand: (operand, dims).
+    let mut broadcasts: HashMap<u32, (Atom, Vec<usize>)> = HashMap::new();
+    let mut next_id = crate::lax::control::max_id(j) + 1;
     for e in &j.eqns {
         let mut in_dims: Vec<Dims> = vec![];
         let mut inputs = vec![];
@@ -84,18 +88,34 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
             p if all_whole => (p.clone(), outs_g.iter().map(|a| replicated(a.ndim())).collect()),
             p if !p.sub_jaxprs().is_empty() => return Err(format!("nested `{name}` on split values")),
             p if elementwise(p) && outs_g.len() == 1 && e.inputs.iter().all(|a| a.aval().ndim() == 0 || a.aval().shape == outs_g[0].shape) => {
-                let mut layout: Option<&Dims> = None;
-                for (a, d) in e.inputs.iter().zip(&in_dims) {
-                    if a.aval().ndim() == 0 {
-                        continue;
-                    }
-                    match layout {
-                        None => layout = Some(d),
-                        Some(l) if l == d => {}
-                        Some(_) => return Err(format!("`{name}` combines values laid out differently")),
+                // The split layout of a non-0-d operand; whole operands made by a broadcast of
+                // whole values in this body are broadcast again straight to their block.
+                let layout = e.inputs.iter().zip(&in_dims).find(|(a, d)| a.aval().ndim() > 0 && !is_whole(d)).map(|(_, d)| d.clone());
+                if let Some(l) = &layout {
+                    for (k, (a, d)) in e.inputs.iter().zip(&in_dims).enumerate() {
+                        if a.aval().ndim() == 0 || d == l {
+                            continue;
+                        }
+                        let made = match a {
+                            Atom::Var(v) if is_whole(d) => broadcasts.get(&v.id).cloned(),
+                            _ => None,
+                        };
+                        let Some((x, bd)) = made.filter(|(x, bd)| l.iter().enumerate().all(|(k, axes)| axes.is_empty() || bd.iter().position(|&o| o == k).is_none_or(|i| x.aval().shape[i] == 1))) else {
+                            return Err(format!("`{name}` combines values laid out differently"));
+                        };
+                        let blk = b.block(a.aval(), l).ok_or("a broadcast does not divide into blocks")?;
+                        let nv = Var { id: next_id, aval: blk.clone() };
+                        next_id += 1;
+                        eqns.push(Eqn {
+                            primitive: BroadcastInDim { shape: blk.shape.clone(), broadcast_dimensions: bd.clone() },
+                            inputs: vec![x],
+                            outputs: vec![nv.clone()],
+                            ..e.clone()
+                        });
+                        inputs[k] = Atom::Var(nv);
                     }
                 }
-                (p.clone(), vec![layout.cloned().unwrap_or_default()])
+                (p.clone(), vec![layout.unwrap_or_else(|| replicated(outs_g[0].ndim()))])
             }
             DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, .. } if in_dims.len() == 2 => {
                 let (l, r) = (&in_dims[0], &in_dims[1]);
@@ -148,6 +168,9 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
             Transpose { permutation } if in_dims.len() == 1 => (e.primitive.clone(), vec![permutation.iter().map(|&p| in_dims[0][p].clone()).collect()]),
             _ => return Err(format!("`{name}` on split values")),
         };
+        if let (BroadcastInDim { broadcast_dimensions, .. }, true, [o]) = (&e.primitive, all_whole, e.outputs.as_slice()) {
+            broadcasts.insert(o.id, (inputs[0].clone(), broadcast_dimensions.clone()));
+        }
         let mut outputs = vec![];
         for (v, d) in e.outputs.iter().zip(&out_dims) {
             let pv = retype(v, d)?;

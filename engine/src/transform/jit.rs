@@ -894,7 +894,10 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// `jit(f).trace(...)`). Errors: tracing errors.
     #[track_caller]
     pub fn trace(&self, args: impl Args<A>) -> Result<Traced<A, R>> {
-        let flat = self.flatten(args)?;
+        let mut flat = self.flatten(args)?;
+        // Arguments placed as `in_shardings` says, as a call places them: the trace (and
+        // its lowered text's Shardy annotations) is the one the call runs.
+        self.place_inputs(&mut flat)?;
         let (entry, _) = self.lookup_or_trace(&flat, Location::caller())?;
         let mut t = Traced::new(self.clone(), entry.clone(), Signature::of(&flat));
         if entry.has_shard_map || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| d.sharded_info().is_some()))) {
