@@ -22,7 +22,7 @@ thread_local! {
     static CAPTURING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// The partitioned program texts of the last recorded call, when it ran partitioned:
     /// (`%compile`'s, `%lower`'s).
-    static LAST_PARTITIONED: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
+    static LAST_PARTITIONED: RefCell<Option<crate::partition::CallTexts>> = const { RefCell::new(None) };
 }
 
 /// Whether a magic is waiting for a call (calls then record what magics show).
@@ -32,13 +32,13 @@ pub(crate) fn capturing() -> bool {
 
 /// Records the per-device program text of the last jitted call (`None`: it did not run
 /// partitioned); `%compile` shows it instead of the whole program's module.
-pub(crate) fn note_partitioned(text: Option<(String, String)>) {
+pub(crate) fn note_partitioned(text: Option<crate::partition::CallTexts>) {
     if capturing() {
         LAST_PARTITIONED.with(|c| *c.borrow_mut() = text);
     }
 }
 
-fn take_partitioned() -> Option<(String, String)> {
+fn take_partitioned() -> Option<crate::partition::CallTexts> {
     LAST_PARTITIONED.with(|c| c.borrow_mut().take())
 }
 
@@ -113,12 +113,14 @@ pub fn jaxpr<T>(call: impl FnOnce() -> T) -> Result<ClosedJaxpr> {
 }
 
 /// `%lower CALL`: the lowered MLIR module. A call of a `shard_map` that ran partitioned
-/// shows its per-device program (the body with its collectives) and the lowered module of
-/// each segment between collectives.
+/// shows the global module as JAX does: each `shard_map` one `sdy.manual_computation`
+/// region (in/out shardings, manual axes, the body on blocks with its collectives as
+/// StableHLO ops), Shardy annotations on `@main` (`%compile` shows the per-device
+/// segments that run).
 pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (_, e) = last_call(call)?;
-    if let Some((_, lowered)) = take_partitioned().filter(|_| e.has_shard_map) {
-        return Ok(Text(lowered));
+    if let Some(t) = take_partitioned().filter(|_| e.has_shard_map) {
+        return Ok(Text(t.lowered));
     }
     Ok(Text(compiled(&e)?.lowered.text.clone()))
 }
@@ -128,8 +130,8 @@ pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
 /// each compiled segment (as `Compiled::as_text`).
 pub fn compile<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (_, e) = last_call(call)?;
-    if let Some((t, _)) = take_partitioned() {
-        return Ok(Text(t));
+    if let Some(t) = take_partitioned() {
+        return Ok(Text(t.compiled));
     }
     Ok(Text(compiled(&e)?.executable.optimized_ir().to_string()))
 }
@@ -146,8 +148,8 @@ pub fn compile_stage<T>(stage: &str, call: impl FnOnce() -> T) -> Result<Text> {
         // No whole-program module: the per-device segments are the program.
         return match (stage, partitioned) {
             (Stage::Jaxpr, _) => Ok(Text(e.jaxpr.to_string())),
-            (Stage::Lowered, Some((_, l))) => Ok(Text(l)),
-            (Stage::Optimized, Some((o, _))) => Ok(Text(o)),
+            (Stage::Lowered, Some(t)) => Ok(Text(t.lowered)),
+            (Stage::Optimized, Some(t)) => Ok(Text(t.compiled)),
             _ => Err(Error::value_error(format!(
                 "%compile --stage {}: a call of shard_map compiles per-device segments; stages jaxpr, lowered and opt show them",
                 stage.name()
@@ -158,7 +160,7 @@ pub fn compile_stage<T>(stage: &str, call: impl FnOnce() -> T) -> Result<Text> {
     Ok(Text(match stage {
         Stage::Jaxpr => e.jaxpr.to_string(),
         Stage::Lowered => c.lowered.text.clone(),
-        Stage::Optimized => partitioned.map(|(o, _)| o).unwrap_or_else(|| c.executable.optimized_ir().to_string()),
+        Stage::Optimized => partitioned.map(|t| t.compiled).unwrap_or_else(|| c.executable.optimized_ir().to_string()),
         Stage::Llvm => c.executable.llvm_ir()?,
         // Jitted calls compile at the default level.
         Stage::Asm => c.executable.assembly(2)?,
@@ -172,13 +174,20 @@ pub fn diff_passes<T>(call: impl FnOnce() -> T) -> Result<Text> {
     Ok(Text(crate::compile::diff_passes(&compiled(&e)?.lowered)?.to_string()))
 }
 
-/// `%cost CALL`: cost and memory analysis of the compiled function.
+/// `%cost CALL`: cost and memory analysis of the compiled function. A call of a
+/// `shard_map` that ran partitioned shows the cost of the per-device program (what each
+/// device runs, as XLA's analysis of an SPMD program is per device; collectives' combines
+/// counted, `partition::per_device_cost`) and the total over the mesh's devices.
 pub fn cost<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (name, e) = last_call(call)?;
     if e.has_shard_map {
-        return Err(Error::value_error(
-            "%cost: a call of shard_map compiles per-device segments (no whole-program module to analyse); %compile shows them",
-        ));
+        let Some(t) = take_partitioned() else {
+            compiled(&e)?; // the error saying why it ran equation by equation
+            return Err(Error::value_error("%cost: this call of shard_map did not run partitioned"));
+        };
+        let n = t.devices as f64;
+        let total = crate::compile::CostAnalysis { flops: t.cost.flops * n, transcendentals: t.cost.transcendentals * n, bytes_accessed: t.cost.bytes_accessed * n };
+        return Ok(Text(format!("jit({name}) per device (each of {} devices runs the per-device program)\n{}\ntotal over {} devices\n{total}", t.devices, t.cost, t.devices)));
     }
     let c = compiled(&e)?;
     let cost = crate::compile::cost_analysis(&e.jaxpr.jaxpr);

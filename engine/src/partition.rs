@@ -16,6 +16,8 @@
 //!   `psum`/`pmax`/`pmin` over the dim's axes;
 //! - `broadcast_in_dim`, `transpose`, `reshape` (a split dim staying the major dim of its
 //!   group) map the layout and rewrite their shape params to block shapes;
+//! - `scan`/`while`/`cond` whose bodies are shard-local run per device, nested `jit`s are
+//!   inlined (`loops.rs`);
 //! - anything else runs whole: its operands are all-gathered first (on the per-device
 //!   program, not a gather of the whole program) and its results are replicated.
 //!
@@ -48,6 +50,8 @@ use crate::trace::Array;
 use crate::transform::pipeline::{ExecutableRef, StageOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+mod loops;
 
 /// Whether `p` computes each output element from the same-position input elements only.
 fn elementwise(p: &Primitive) -> bool {
@@ -88,6 +92,8 @@ struct Builder<'m> {
     /// Per-device vars made by `broadcast_in_dim`: (operand, broadcast_dimensions), so a
     /// consumer wanting a broadcast dim split gets a block-sized broadcast, not a slice.
     broadcasts: HashMap<u32, (Atom, Vec<usize>)>,
+    /// Which path each control-flow equation took and why (`loops.rs`), for the plan's text.
+    notes: Vec<String>,
 }
 
 fn replicated(ndim: usize) -> Dims {
@@ -306,6 +312,8 @@ pub(crate) struct Plan {
     segment_lowered: Vec<String>,
     /// The program came from `shard_map` equations (their axes are manual).
     manual: bool,
+    /// Per control-flow equation: whether it runs per device or whole, and why.
+    pub(crate) notes: Vec<String>,
 }
 
 /// Equations the partitioner leaves to the gather path: collectives and `shard_map`
@@ -326,125 +334,6 @@ fn bails_top(p: &Primitive) -> bool {
         Primitive::ShardMap(sm) => !sm.jaxpr.eqns.iter().all(|e| matches!(e.primitive, Primitive::Collective(_)) || !bails(&e.primitive)),
         p => bails(p),
     }
-}
-
-/// `j` with every type of shape `from` given shape `to` (a loop body run on blocks).
-fn with_block_shape(j: &Jaxpr, from: &[usize], to: &[usize]) -> Jaxpr {
-    let var = |v: &Var| {
-        let mut v = v.clone();
-        if v.aval.shape == from {
-            v.aval.shape = to.to_vec();
-        }
-        v
-    };
-    let atom = |a: &Atom| match a {
-        Atom::Var(v) => Atom::Var(var(v)),
-        Atom::Lit(_) => a.clone(),
-    };
-    Jaxpr {
-        constvars: j.constvars.iter().map(var).collect(),
-        invars: j.invars.iter().map(var).collect(),
-        eqns: j
-            .eqns
-            .iter()
-            .map(|e| Eqn { inputs: e.inputs.iter().map(atom).collect(), outputs: e.outputs.iter().map(var).collect(), ..e.clone() })
-            .collect(),
-        outvars: j.outvars.iter().map(atom).collect(),
-    }
-}
-
-/// A `scan` without `xs`/`ys` (`fori_loop`), a `while` or a `cond` whose bodies are
-/// elementwise only, over values of one non-scalar shape (0-d values are then computed
-/// from 0-d values only, and 0-d operands are whole on every device, so every device
-/// agrees on them, on the loop's trip count and on the branch taken), with an operand of
-/// that shape split: it runs per device on blocks laid out as that operand (the others
-/// resharded to it), its sub-jaxprs retyped to the block shape.
-/// Returns the results' layouts; `Ok(None)`: not such an equation (it runs whole).
-fn loop_per_device(b: &mut Builder, vals: &mut HashMap<u32, Val>, e: &Eqn) -> Result<Option<Vec<Dims>>> {
-    use Primitive::*;
-    let subs: Vec<&Jaxpr> = match &e.primitive {
-        Scan { jaxpr, num_consts, num_carry, .. } if e.inputs.len() == num_consts + num_carry && e.outputs.len() == *num_carry => vec![jaxpr],
-        While { cond_jaxpr, body_jaxpr, .. } => vec![cond_jaxpr, body_jaxpr],
-        Cond { branches } => branches.iter().collect(),
-        _ => return Ok(None),
-    };
-    let mut shape: Option<Vec<usize>> = None;
-    let mut one_shape = |s: &[usize]| -> bool {
-        if s.is_empty() {
-            return true;
-        }
-        match &shape {
-            None => {
-                shape = Some(s.to_vec());
-                true
-            }
-            Some(x) => x == s,
-        }
-    };
-    let ok = e.inputs.iter().all(|a| one_shape(&a.aval().shape))
-        && e.outputs.iter().all(|v| one_shape(&v.aval.shape))
-        && subs.iter().all(|j| {
-            j.constvars.is_empty()
-                && j.invars.iter().all(|v| one_shape(&v.aval.shape))
-                && j.outvars.iter().all(|a| one_shape(&a.aval().shape))
-                && j.eqns.iter().all(|q| {
-                    elementwise(&q.primitive)
-                        && !matches!(q.primitive, DevicePut { .. })
-                        && q.outputs.len() == 1
-                        && q.inputs.iter().all(|a| one_shape(&a.aval().shape))
-                        && one_shape(&q.outputs[0].aval.shape)
-                })
-        });
-    let Some(s) = shape.filter(|_| ok) else { return Ok(None) };
-    let mut layout = None;
-    for a in &e.inputs {
-        if a.aval().shape == s {
-            let d = b.settled_dims(a, vals)?;
-            if d.iter().any(|x| !x.is_empty()) {
-                layout = Some(b.fit(a.aval(), &d));
-                break;
-            }
-        }
-    }
-    let Some(d) = layout.filter(|d| d.iter().any(|x| !x.is_empty())) else { return Ok(None) };
-    let g = ShapedArray::new(&s, DType::F32);
-    let Some(blk) = b.block(&g, &d) else { return Ok(None) };
-    let mut ins = Vec::with_capacity(e.inputs.len());
-    for a in &e.inputs {
-        let want = if a.aval().shape == s { d.clone() } else { replicated(a.aval().ndim()) };
-        ins.push(b.operand(a, vals, &want)?);
-    }
-    let p = match &e.primitive {
-        Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => Scan {
-            jaxpr: Box::new(with_block_shape(jaxpr, &s, &blk.shape)),
-            length: *length,
-            reverse: *reverse,
-            unroll: *unroll,
-            num_consts: *num_consts,
-            num_carry: *num_carry,
-        },
-        While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => While {
-            cond_jaxpr: Box::new(with_block_shape(cond_jaxpr, &s, &blk.shape)),
-            body_jaxpr: Box::new(with_block_shape(body_jaxpr, &s, &blk.shape)),
-            cond_nconsts: *cond_nconsts,
-            body_nconsts: *body_nconsts,
-        },
-        Cond { branches } => Cond { branches: branches.iter().map(|j| with_block_shape(j, &s, &blk.shape)).collect() },
-        _ => return Ok(None),
-    };
-    let out_avals: Vec<ShapedArray> = e
-        .outputs
-        .iter()
-        .map(|v| if v.aval.shape == s { ShapedArray { shape: blk.shape.clone(), ..v.aval.clone() } } else { v.aval.clone() })
-        .collect();
-    let outs = b.emit(p, ins, out_avals, Some(e));
-    let mut dims = vec![];
-    for (g, v) in e.outputs.iter().zip(outs) {
-        let dd = if g.aval.shape == s { d.clone() } else { replicated(g.aval.ndim()) };
-        vals.insert(g.id, Val { var: v, dims: dd.clone(), partial: None });
-        dims.push(dd);
-    }
-    Ok(Some(dims))
 }
 
 /// Inlines a `shard_map` equation `e` into the per-device program: its operands resharded
@@ -505,7 +394,9 @@ fn inline_shard_map(b: &mut Builder, vals: &mut HashMap<u32, Val>, e: &Eqn, sm: 
 /// and results laid out as `want` (per result; `None`: the propagated sharding).
 /// `Ok(None)`: not partitionable (gather path).
 fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[Option<Dims>], name: &str, opts: &StageOptions) -> Result<Option<Plan>> {
-    let jx = &j.jaxpr;
+    // Nested `jit`s are inlined: their equations are partitioned like the caller's.
+    let inlined = loops::inline_pjits(&j.jaxpr);
+    let jx = &inlined;
     if jx.has_effects() || jx.eqns.is_empty() || jx.eqns.iter().any(|e| bails_top(&e.primitive)) || jx.outvars.iter().any(|a| matches!(a, Atom::Lit(_))) {
         return Ok(None);
     }
@@ -517,7 +408,7 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         .chain(jx.eqns.iter().flat_map(|e| e.outputs.iter().map(|v| v.id)))
         .max()
         .unwrap_or(0);
-    let mut b = Builder { mesh, next: max_id + 1, eqns: vec![], reshards: HashMap::new(), broadcasts: HashMap::new() };
+    let mut b = Builder { mesh, next: max_id + 1, eqns: vec![], reshards: HashMap::new(), broadcasts: HashMap::new(), notes: vec![] };
     let mut vals: HashMap<u32, Val> = HashMap::new();
     let mut prop: HashMap<u32, Dims> = HashMap::new();
     let mut invars = vec![];
@@ -556,7 +447,7 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         for (v, d) in e.outputs.iter().zip(&out_prop) {
             prop.insert(v.id, d.clone());
         }
-        if let Some(dims) = loop_per_device(&mut b, &mut vals, e)? {
+        if let Some(dims) = loops::loop_per_device(&mut b, &mut vals, e)? {
             // The loop keeps its operands' layout.
             for (v, d) in e.outputs.iter().zip(dims) {
                 prop.insert(v.id, d);
@@ -725,6 +616,7 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         segment_ir,
         segment_lowered,
         manual: crate::transform::shard_map::contains_shard_map(jx),
+        notes: std::mem::take(&mut b.notes),
     }))
 }
 
@@ -871,12 +763,72 @@ pub(crate) fn describe(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &Stage
     Some(plan_text(&p, mesh))
 }
 
-/// The texts for the plan a jit call on `inputs` ran: (`%compile`'s: as `describe`;
-/// `%lower`'s: the per-device program and each segment's lowered module); `None`: gather path.
-pub(crate) fn describe_call(j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<(String, String)> {
+/// What magics show for a jit call that ran partitioned (`partition::describe_call`).
+pub(crate) struct CallTexts {
+    /// `%compile`'s text: as `describe`.
+    pub(crate) compiled: String,
+    /// `%lower`'s text: for a program with `shard_map`, the global module (each
+    /// `shard_map` one `sdy.manual_computation` region with its collectives, Shardy
+    /// annotations on `@main`, `lower/manual.rs`); otherwise the per-device program and
+    /// each segment's lowered module.
+    pub(crate) lowered: String,
+    /// `%cost`'s analysis of the per-device program (see `per_device_cost`).
+    pub(crate) cost: crate::compile::CostAnalysis,
+    /// Devices the program runs on at once.
+    pub(crate) devices: usize,
+}
+
+/// The texts for the plan a jit call (`name`) on `inputs` ran; `None`: gather path.
+pub(crate) fn describe_call(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<CallTexts> {
     let (args, declared) = layouts(inputs, mesh);
     let p = cached_plan(j, mesh, &args, &declared, want, "compiled", opts).ok().flatten()?;
-    Some((plan_text(&p, mesh), plan_text_with(&p, mesh, &p.segment_lowered)))
+    let global = if p.manual { global_lowered(name, j, inputs, opts) } else { None };
+    Some(CallTexts {
+        compiled: plan_text(&p, mesh),
+        lowered: global.unwrap_or_else(|| plan_text_with(&p, mesh, &p.segment_lowered)),
+        cost: per_device_cost(&p),
+        devices: mesh.size(),
+    })
+}
+
+/// The plan's notes (which path each control-flow equation took and why) for a call on
+/// `inputs` that ran partitioned; empty when it did not.
+pub(crate) fn notes(j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Vec<String> {
+    let (args, declared) = layouts(inputs, mesh);
+    cached_plan(j, mesh, &args, &declared, want, "compiled", opts).ok().flatten().map(|p| p.notes.clone()).unwrap_or_default()
+}
+
+/// The global lowered module of `j` called on `inputs` (`shard_map`s as manual
+/// computations, Shardy annotations on `@main`); `None` when it does not lower.
+pub(crate) fn global_lowered(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], opts: &StageOptions) -> Option<String> {
+    let m = crate::transform::pipeline::lower_closed(j, name, opts).ok()?;
+    let leaves: Vec<Option<Arc<DeviceArray>>> = inputs.iter().cloned().map(Some).collect();
+    Some(match crate::sharding_rules::annotations(j, &leaves) {
+        Some(a) => crate::sharding_rules::annotate_text(&m.text, &a),
+        None => m.text,
+    })
+}
+
+/// The per-device cost (`per_device_cost`) of `j` called on arguments split as `args`;
+/// `None`: it would take the gather path.
+pub(crate) fn plan_cost(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], opts: &StageOptions) -> Option<crate::compile::CostAnalysis> {
+    cached_plan(j, mesh, args, args, &[], "compiled", opts).ok().flatten().map(|p| per_device_cost(&p))
+}
+
+/// The cost of one device's run of `p` (each of the mesh's devices runs the same
+/// program on its blocks): `compile::cost_analysis` of the per-device program (block
+/// shapes; bytes accessed = its arguments' and results' bytes on one device), plus one
+/// flop per result element of each reducing collective (`psum`/`pmax`/`pmin`/
+/// `reduce_scatter`: the combine XLA's cost analysis counts for an all-reduce). The
+/// whole mesh's cost is this times the device count.
+pub(crate) fn per_device_cost(p: &Plan) -> crate::compile::CostAnalysis {
+    let mut c = crate::compile::cost_analysis(&p.program);
+    for e in &p.program.eqns {
+        if let Primitive::Collective(Collective::Psum { .. } | Collective::Pmax { .. } | Collective::Pmin { .. } | Collective::ReduceScatter { .. }) = &e.primitive {
+            c.flops += e.outputs.iter().map(|v| v.aval.size()).sum::<usize>() as f64;
+        }
+    }
+    c
 }
 
 fn plan_text(p: &Plan, mesh: &Mesh) -> String {
@@ -892,11 +844,15 @@ fn plan_text_with(p: &Plan, mesh: &Mesh, modules: &[String]) -> String {
         format!("arguments sharded over {mesh}")
     };
     let mut s = format!(
-        "// jaxrepl: {what}; path: partitioned (one per-device program on each of the {} devices at once, {} collective{} per device; no gather).\n// per-device program:\n",
+        "// jaxrepl: {what}; path: partitioned (one per-device program on each of the {} devices at once, {} collective{} per device; no gather).\n",
         mesh.size(),
         p.collectives,
         if p.collectives == 1 { "" } else { "s" }
     );
+    for n in &p.notes {
+        s.push_str(&format!("// control flow: {n}\n"));
+    }
+    s.push_str("// per-device program:\n");
     for line in p.program.to_string().lines() {
         s.push_str("//   ");
         s.push_str(line);

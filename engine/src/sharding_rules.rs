@@ -337,6 +337,13 @@ pub(crate) fn jaxpr_rule(jaxpr: &Jaxpr, mesh: &Mesh, ins: &[Dims]) -> Result<Vec
         }
     };
     for e in &jaxpr.eqns {
+        if let Primitive::ShardMap(sm) = &e.primitive {
+            // Results laid out as the out_specs (on its own mesh; replicated on another).
+            for (v, s) in e.outputs.iter().zip(&sm.out_specs) {
+                env.insert(v.id, if &sm.mesh == mesh { dims_of(s, v.aval.ndim()) } else { vec![vec![]; v.aval.ndim()] });
+            }
+            continue;
+        }
         let in_dims: Vec<Dims> = e.inputs.iter().map(|a| get(&env, a)).collect();
         let in_avals: Vec<ShapedArray> = e.inputs.iter().map(|a| a.aval().clone()).collect();
         let refs: Vec<&ShapedArray> = in_avals.iter().collect();
@@ -493,10 +500,27 @@ pub(crate) struct Annotations {
     outs: Vec<Dims>,
 }
 
+impl Annotations {
+    /// The mesh the call is annotated on.
+    pub(crate) fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+    /// Per argument, the dims it is split as.
+    pub(crate) fn ins(&self) -> &[Dims] {
+        &self.ins
+    }
+}
+
 /// Annotations for a call of `jaxpr` on `leaves` (`None` for a leaf that is not a
 /// concrete array), when some argument is sharded and the propagation succeeds.
+/// A program with a `shard_map` is annotated on that `shard_map`'s mesh (also on unsharded
+/// arguments, as JAX's lowering of a `shard_map` always is).
 pub(crate) fn annotations(jaxpr: &crate::ir::ClosedJaxpr, leaves: &[Option<Arc<crate::runtime::DeviceArray>>]) -> Option<Annotations> {
-    let mesh = leaves.iter().flatten().find_map(|d| d.sharded_info().map(|s| s.sharding.mesh.clone()))?;
+    let mesh = leaves
+        .iter()
+        .flatten()
+        .find_map(|d| d.sharded_info().map(|s| s.sharding.mesh.clone()))
+        .or_else(|| first_shard_map_mesh(&jaxpr.jaxpr))?;
     let ins: Vec<Dims> = jaxpr
         .jaxpr
         .invars
@@ -511,6 +535,14 @@ pub(crate) fn annotations(jaxpr: &crate::ir::ClosedJaxpr, leaves: &[Option<Arc<c
     Some(Annotations { mesh, ins, outs })
 }
 
+/// The mesh of the first `shard_map` equation of `j` (top level), if any.
+pub(crate) fn first_shard_map_mesh(j: &Jaxpr) -> Option<Mesh> {
+    j.eqns.iter().find_map(|e| match &e.primitive {
+        Primitive::ShardMap(sm) => Some(sm.mesh.clone()),
+        _ => None,
+    })
+}
+
 /// Shardy's attribute text for `dims`: `#sdy.sharding<@mesh, [{"X"}, {}]>`.
 fn sdy(dims: &Dims) -> String {
     let parts: Vec<String> =
@@ -521,6 +553,15 @@ fn sdy(dims: &Dims) -> String {
 /// Adds `attr` to the attribute dictionary after the type that ends at `pos` in `line`
 /// (creating ` {attr}` when there is none); returns the position after it.
 fn add_attr(line: &mut String, pos: usize, attr: &str) -> usize {
+    // After a memory kind (JAX's order: `mhlo.memory_kind = "pinned_host", sdy.sharding = ..`).
+    const KIND: &str = " {mhlo.memory_kind = \"";
+    if line[pos..].starts_with(KIND) {
+        if let Some(q) = line[pos + KIND.len()..].find('"') {
+            let at = pos + KIND.len() + q + 1;
+            line.insert_str(at, &format!(", {attr}"));
+            return at + attr.len() + 2;
+        }
+    }
     if line[pos..].starts_with(" {") {
         line.insert_str(pos + 2, &format!("{attr}, "));
         pos + 2 + attr.len() + 2
@@ -570,8 +611,10 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
             }
             out.push_str(&line);
             out.push('\n');
-            let axes: Vec<String> = a.mesh.axis_names().iter().zip(a.mesh.axis_sizes()).map(|(n, s)| format!("\"{n}\"={s}")).collect();
-            out.push_str(&format!("  sdy.mesh @mesh = <[{}]>\n", axes.join(", ")));
+            // (A module with a `shard_map` declares its mesh itself: `lower/manual.rs`.)
+            if !text.contains("  sdy.mesh @mesh = ") {
+                out.push_str(&format!("  {}\n", crate::lower::manual::sdy_mesh(&a.mesh)));
+            }
             continue;
         }
         if let Some(sig) = line.find("func.func public @main(") {

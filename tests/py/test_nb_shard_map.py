@@ -89,3 +89,25 @@ def test_jit_compiles_the_body(nb):
     assert "// jaxrepl: shard_map over Mesh('i': 4, 'j': 2" in text, text
     assert "manual axes ('i', 'j'); path: partitioned (one per-device program on each of the 8 devices at once, 1 collective per device; no gather)" in text, text
     assert "psum[axes=('j',) axis_index_groups=None]" in text and "dot_general" in text and "func.func" in text, text
+
+
+def test_lower_shows_a_manual_computation(nb):
+    text = outputs_text(cell_with(nb, "%lower jm.call"))
+    assert text.startswith("module @jit__lambda attributes {mhlo.num_partitions = 8 : i32}"), text
+    assert 'sdy.mesh @mesh = <["i"=4, "j"=2]>' in text, text
+    assert ('sdy.manual_computation(%arg0, %arg1) in_shardings=[<@mesh, [{"i"}, {"j"}]>, <@mesh, [{"j"}, {}]>] '
+            'out_shardings=[<@mesh, [{"i"}, {}]>] manual_axes={"i", "j"}') in text, text
+    # psum over 'j': groups of the two devices sharing an 'i' coordinate.
+    assert '"stablehlo.all_reduce"' in text and "replica_groups = dense<[[0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>" in text, text
+    assert "sdy.return" in text, text
+
+
+def test_cost_is_per_device_and_total(nb):
+    text = outputs_text(cell_with(nb, "%cost jm.call"))
+    m = re.search(r"per device \(each of 8 devices runs the per-device program\)\n\{'flops': (\S+), 'transcendentals': (\S+), "
+                  r"'bytes accessed': (\S+)\}\ntotal over 8 devices\n\{'flops': (\S+), 'transcendentals': (\S+), 'bytes accessed': (\S+)\}", text)
+    assert m, text
+    per, total = [float(v) for v in m.groups()[:3]], [float(v) for v in m.groups()[3:]]
+    # Per device: a 2x8 block times an 8x4 block (2*2*4*8 flops) plus the psum's 8 additions.
+    assert per[0] >= 2 * 2 * 4 * 8 + 8, text
+    assert total == [8 * v for v in per], text

@@ -204,3 +204,14 @@ def test_inspect_inside_jit(nb):
     assert text[0] == ("inside jit: NamedSharding(mesh=Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)), "
                        "spec=P('Y', 'X'), memory_kind=device)")
     assert text[-1] == "ShapedArray(float32[4@Y,8@X])"
+
+
+def test_loops_run_per_device(nb):
+    # A fori_loop of row block @ replicated weight runs per device, equal to the unsharded call.
+    text = lines(cell_with(nb, "let layers = jit("))
+    m = re.fullmatch(r"float32\[8@X,4\]  max \|sharded - single\| = (\S+)", text[-1])
+    assert m and float(m.group(1)) < 1e-6, text
+    text = outputs_text(cell_with(nb, "%compile layers.call"))
+    assert "path: partitioned" in text, text
+    assert re.search(r"// control flow: scan at .*: runs per device \(its body is shard-local on blocks\)", text), text
+    assert "all_gather[" not in text and "dot_general" in text, text

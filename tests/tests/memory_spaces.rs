@@ -273,3 +273,36 @@ fn sharded_jit_outputs_in_host_memory() {
         assert_eq!(kind_stats(i, MemoryKind::PinnedHost).0, before[i as usize].1, "device {i}");
     }
 }
+
+/// `in_shardings` with a host memory kind on a mesh (JAX: `jit(f, in_shardings=
+/// NamedSharding(mesh, P('i'), memory_kind='pinned_host'))`): each device's block is placed
+/// in its pinned host memory, the lowered text marks the argument with its kind and its
+/// Shardy sharding (JAX 0.10.2: `%arg0: tensor<16xf32> {mhlo.memory_kind = "pinned_host",
+/// sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>}`), and the call runs partitioned into
+/// device memory, equal to the unsharded result.
+#[test]
+fn sharded_in_shardings_in_host_memory() {
+    eight_cpu_devices();
+    let _l = serial();
+    let mesh = make_mesh(&[8], &["i"], None).unwrap();
+    let s_host = NamedSharding::new(&mesh, P!("i")).unwrap().with_memory_kind("pinned_host").unwrap();
+    let x = jnp::arange(16.0);
+    let f = jit(|x: Array| x * 2.0).in_shardings(vec![Some(s_host.clone())]);
+    let text = f.lower(&x).unwrap().as_text();
+    assert!(
+        text.contains(r#"%arg0: tensor<16xf32> {mhlo.memory_kind = "pinned_host", sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>}"#),
+        "{text}"
+    );
+    let before = jax::sharding::partitioned_calls();
+    let y = f.call(&x).unwrap();
+    assert!(jax::sharding::partitioned_calls() > before, "runs partitioned");
+    assert_eq!(y.to_vec::<f32>().unwrap(), (0..16).map(|i| 2.0 * i as f32).collect::<Vec<_>>());
+    assert_eq!(y.sharding().unwrap().memory_kind(), MemoryKind::Device);
+    assert_eq!(typeof_(&y).to_string(), "float32[16@i]");
+    // The argument as placed: each device's 2 elements in its pinned host memory.
+    let placed = device_put(&x, s_host.clone()).unwrap();
+    assert_eq!(format!("{:?}", placed.sharding().unwrap()), format!("{s_host:?}"));
+    for s in placed.addressable_shards().unwrap() {
+        assert_eq!(s.data.sharding().unwrap().memory_kind(), MemoryKind::PinnedHost, "device {}", s.device.id);
+    }
+}

@@ -185,10 +185,12 @@ fn magics_show_shard_map_calls() {
         //     in (f,) }"#]]
     .assert_eq(&head.join("\n"));
     assert!(c.contains("func.func"), "{c}");
+    // `%lower`: the global module, the body a manual computation with its all-reduce
+    // (`shard_map_lower.rs` has the whole text).
     let l = jax::magic::lower(|| jf.call(&x)).unwrap().0;
-    assert!(l.starts_with("// jaxrepl: shard_map over"), "{l}");
-    assert!(l.contains("psum[axes=('i',)"), "{l}");
-    assert!(l.contains("stablehlo.multiply") || l.contains("mulf"), "{l}");
+    assert!(l.starts_with("module @jit__lambda attributes {mhlo.num_partitions = 2 : i32}"), "{l}");
+    assert!(l.contains("sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"i\"}]>] out_shardings=[<@mesh, [{}]>] manual_axes={\"i\"}"), "{l}");
+    assert!(l.contains("\"stablehlo.all_reduce\"") && l.contains("mulf"), "{l}");
     let b = jax::magic::compile(|| f.call(x.clone())).unwrap().0;
     assert!(b.starts_with("// jaxrepl: shard_map over"), "{b}");
     let s = jax::magic::compile_stage("llvm", || jf.call(&x)).unwrap_err();

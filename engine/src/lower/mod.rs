@@ -4,6 +4,9 @@
 //! Invariants kept here:
 //! - The text uses only func, arith, math, tensor, linalg (plus `bufferization.to_buffer` and
 //!   `memref.cast` for host callbacks); the memref calling convention belongs to `compile`.
+//!   Exception: a jaxpr with `shard_map` lowers, for display only, to JAX's
+//!   `sdy.manual_computation` regions and StableHLO collectives (`manual.rs`); such a
+//!   module is never compiled.
 //! - `@main`'s parameters are the large-constant parameters (`%constK`, one per entry of
 //!   `LoweredModule::const_args`, in order) followed by the user's arguments (`%argI`, whose
 //!   avals are `LoweredModule::in_avals`); its results are the jaxpr's outputs in order
@@ -25,6 +28,7 @@ mod control;
 mod conv;
 mod emit;
 mod indexing;
+pub(crate) mod manual;
 mod precision;
 mod recompute;
 mod scalar;
@@ -107,6 +111,9 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
         decls: BTreeSet::new(),
         lits: HashMap::new(),
         scope_prefix: format!("jit({name})"),
+        manual: vec![],
+        next_arg: j.invars.len(),
+        channels: 0,
     };
     let args: Vec<Val> = j.invars.iter().enumerate().map(|(i, v)| Val::T(format!("%arg{i}"), v.aval.clone())).collect();
     let outs = l.body(j, &jaxpr.consts, args)?;
@@ -200,6 +207,12 @@ pub(crate) struct Lowerer {
     lits: HashMap<(String, DType), String>,
     /// `jit(<name>)`: the first component of every op location (JAX's name stack root).
     scope_prefix: String,
+    /// The meshes of the `shard_map` bodies being lowered (innermost last; `manual.rs`).
+    manual: Vec<crate::sharding::Mesh>,
+    /// The next block-argument number (`%argN`) for regions (`manual.rs`).
+    next_arg: usize,
+    /// Collective channel handles handed out (`manual.rs`).
+    channels: usize,
 }
 
 /// The equations of `j` with every `transpose` that only swaps the two free-dim groups of
@@ -442,6 +455,9 @@ impl Lowerer {
                 self.host_callback(*callback, &ins, result_avals)?
             }
             Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
+            // Display only (`manual.rs`): the module is never compiled.
+            Primitive::ShardMap(sm) => self.manual_computation(sm, &ins, &eq.outputs)?,
+            Primitive::Collective(c) => self.collective(c, &ins, &eq.outputs)?,
             // Identity at run time; it only matters to differentiation.
             Primitive::StopGradient => ins.clone(),
             // Identity on one device; the partitioner lays the value out (`partition.rs`).

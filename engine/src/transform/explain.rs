@@ -23,6 +23,9 @@ pub struct Event {
     /// The persistent compilation cache's verdict on an executable cache miss (reported
     /// with `Verdict::current`: a background write's outcome shows once it is known).
     pub persistent: Option<crate::compile::persistent::Verdict>,
+    /// For a call that ran partitioned (sharded arguments, `shard_map`): which path each
+    /// control-flow equation took and why (`partition/loops.rs`); empty otherwise.
+    pub partition: Vec<String>,
 }
 
 const KEEP: usize = 20;
@@ -121,6 +124,9 @@ pub fn report(events: &[Event]) -> String {
             "{} at {}  trace: {trace} | executable: {exe} | persistent: {persistent}\n",
             e.function, e.call_site.line_label()
         ));
+        for n in &e.partition {
+            s.push_str(&format!("    partitioned: {n}\n"));
+        }
         if let Some(r) = &e.reason {
             for line in r.lines() {
                 s.push_str("    ");

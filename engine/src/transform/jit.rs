@@ -562,6 +562,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                     compile_secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
                     reason: None,
                     persistent: art.persistent.clone(),
+                    partition: vec![],
                 });
             }
             Some(art)
@@ -649,7 +650,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     ) {
         crate::magic::note_call(&self.inner.name, entry);
         if crate::magic::capturing() {
-            crate::magic::note_partitioned(crate::partition::describe_call(&entry.jaxpr, ins, mesh, want, opts));
+            crate::magic::note_partitioned(crate::partition::describe_call(&self.inner.name, &entry.jaxpr, ins, mesh, want, opts));
         }
         if traced_now {
             explain::record(Event {
@@ -661,6 +662,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 compile_secs: t0.elapsed().as_secs_f64(),
                 reason: None,
                 persistent: None,
+                partition: crate::partition::notes(&entry.jaxpr, ins, mesh, want, opts),
             });
         }
     }
@@ -892,10 +894,13 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// `jit(f).trace(...)`). Errors: tracing errors.
     #[track_caller]
     pub fn trace(&self, args: impl Args<A>) -> Result<Traced<A, R>> {
-        let flat = self.flatten(args)?;
+        let mut flat = self.flatten(args)?;
+        // Arguments placed as `in_shardings` says, as a call places them: the trace (and
+        // its lowered text's Shardy annotations) is the one the call runs.
+        self.place_inputs(&mut flat)?;
         let (entry, _) = self.lookup_or_trace(&flat, Location::caller())?;
         let mut t = Traced::new(self.clone(), entry.clone(), Signature::of(&flat));
-        if flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| d.sharded_info().is_some()))) {
+        if entry.has_shard_map || flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| d.sharded_info().is_some()))) {
             let leaves: Vec<Option<Arc<DeviceArray>>> =
                 flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect();
             t.shardings = crate::sharding_rules::annotations(&entry.jaxpr, &leaves);

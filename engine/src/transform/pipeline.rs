@@ -218,6 +218,11 @@ pub fn compile_lowered_verdict(m: &LoweredModule, opts: &StageOptions) -> Result
         h.update(a.dtype.short_name().as_bytes());
     }
     let key = h.finalize();
+    if m.text.contains(crate::lower::manual::MANUAL_MARK) {
+        return Err(crate::error::Error::compile(
+            "a module with a shard_map (sdy.manual_computation) is display only: jit runs shard_map as per-device segments cut at its collectives (%compile shows them)",
+        ));
+    }
     if let Some(e) = exe_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok((e.clone(), true, None));
     }

@@ -176,10 +176,33 @@ impl<A: Pytree, R: Pytree> Lowered<A, R> {
         }
     }
     /// Compiles to native code (through the executable cache).
-    /// Errors: pass pipeline or code generation failures.
+    /// A program with a `shard_map` compiles to its per-device program (the partitioner's
+    /// segments, compiled on first call or `as_text`): see `Compiled` (`jax.jit(shard_map(f))
+    /// .lower(x).compile()` in JAX). Errors: pass pipeline or code generation failures.
     pub fn compile(&self) -> Result<Compiled<A, R>> {
+        if self.entry.has_shard_map {
+            return self.compile_partitioned(self.f.resolved_opt_level()?);
+        }
         let mut c = self.f.compile_entry(&self.entry)?;
         c.shardings = self.shardings.clone();
+        Ok(c)
+    }
+    fn compile_partitioned(&self, opt_level: u8) -> Result<Compiled<A, R>> {
+        let mut c = Compiled {
+            module: self.module.clone(),
+            exe: None,
+            jaxpr: self.entry.jaxpr.clone(),
+            out_statics: self.entry.out_statics.clone(),
+            out_tree: self.entry.out_tree.clone(),
+            donated: self.entry.donated.clone(),
+            static_argnums: self.f.static_argnums_list().to_vec(),
+            opt_level,
+            shardings: self.shardings.clone(),
+            _p: std::marker::PhantomData,
+        };
+        if c.shardings.is_none() {
+            c.shardings = crate::sharding_rules::annotations(&self.entry.jaxpr, &vec![None; self.entry.jaxpr.jaxpr.invars.len()]);
+        }
         Ok(c)
     }
     /// Compiles with options (JAX's `lowered.compile(compiler_options={...})`), e.g.
@@ -187,6 +210,9 @@ impl<A: Pytree, R: Pytree> Lowered<A, R> {
     /// executable cache. Errors: see `parse_compiler_options`; compile failures.
     pub fn compile_with(&self, options: &[(&str, &str)]) -> Result<Compiled<A, R>> {
         let opt_level = parse_compiler_options(options)?;
+        if self.entry.has_shard_map {
+            return self.compile_partitioned(opt_level);
+        }
         let opts = self.entry.stage_options(Some(opt_level));
         let (exe, _) = pipeline::compile_lowered(&self.module, &opts)?;
         Ok(Compiled::new(
@@ -200,6 +226,21 @@ impl<A: Pytree, R: Pytree> Lowered<A, R> {
         )
         .with_opt_level(opt_level))
     }
+    /// Flops, transcendentals and bytes accessed (JAX's `Lowered.cost_analysis()`; see
+    /// `compile::CostAnalysis`). A program with a `shard_map` (or traced on sharded
+    /// arguments) that the partitioner takes reports **one device's** cost, as XLA's
+    /// analysis of an SPMD program does: the per-device program on blocks, collectives'
+    /// combines counted (`partition::per_device_cost`); the mesh's total is that times
+    /// `jax::device_count()` of the mesh. Otherwise the whole program's cost.
+    pub fn cost_analysis(&self) -> CostAnalysis {
+        if let Some(a) = &self.shardings {
+            let opts = self.entry.stage_options(None);
+            if let Some(c) = crate::partition::plan_cost(&self.entry.jaxpr, a.mesh(), a.ins(), &opts) {
+                return c;
+            }
+        }
+        cost_analysis(&self.entry.jaxpr.jaxpr)
+    }
     /// Runs the compile pipelines pass by pass and diffs the module around each pass
     /// (`%diff-passes`). Errors: a pass fails.
     pub fn diff_passes(&self) -> Result<PassDiffs> {
@@ -207,10 +248,14 @@ impl<A: Pytree, R: Pytree> Lowered<A, R> {
     }
 }
 
-/// A compiled function for one signature (`Lowered.compile()`).
+/// A compiled function for one signature (`Lowered.compile()`). A program with a
+/// `shard_map` has no whole-program executable (`exe` is `None`): it is the partitioner's
+/// per-device program (segments cut at the collectives, `partition.rs`); its calls run
+/// partitioned (equation by equation when the partitioner cannot take it), its text is the
+/// per-device program, its cost one device's, and the LLVM/assembly stages are errors.
 pub struct Compiled<A, R> {
     module: Arc<LoweredModule>,
-    exe: ExecutableRef,
+    exe: Option<ExecutableRef>,
     jaxpr: ClosedJaxpr,
     out_statics: Vec<StaticValue>,
     out_tree: TreeDef,
@@ -231,7 +276,7 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
         donated: Vec<bool>,
         static_argnums: Vec<usize>,
     ) -> Self {
-        Compiled { module, exe, jaxpr, out_statics, out_tree, donated, static_argnums, opt_level: 2, shardings: None, _p: std::marker::PhantomData }
+        Compiled { module, exe: Some(exe), jaxpr, out_statics, out_tree, donated, static_argnums, opt_level: 2, shardings: None, _p: std::marker::PhantomData }
     }
     /// Records the LLVM optimisation level the executable was compiled at (default 2).
     pub(crate) fn with_opt_level(mut self, opt_level: u8) -> Self {
@@ -248,21 +293,21 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     /// cost and memory analysis always describe the optimised tier (both tiers share the
     /// MLIR pipeline; assembly and code size are emitted at `opt_level()`).
     pub fn tier(&self) -> u8 {
-        self.exe.tier()
+        self.exe.as_ref().map_or(2, |e| e.tier())
     }
     /// Executions so far of the first tier's and the optimised tier's code.
     pub fn tier_runs(&self) -> (u64, u64) {
-        self.exe.tier_runs()
+        self.exe.as_ref().map_or((0, 0), |e| e.tier_runs())
     }
     /// Asks for the optimised tier now (normally the second call does) and waits up to
     /// `timeout` for it; whether it runs now. Never needed for correctness: both tiers
     /// compute the same function.
     pub fn wait_optimized(&self, timeout: std::time::Duration) -> bool {
-        self.exe.wait_upgraded(timeout)
+        self.exe.as_ref().is_none_or(|e| e.wait_upgraded(timeout))
     }
     /// Why the optimised tier failed to compile, if it did (the first tier keeps running).
     pub fn optimized_tier_error(&self) -> Option<String> {
-        self.exe.upgrade_error()
+        self.exe.as_ref().and_then(|e| e.upgrade_error())
     }
     /// The text of one stage of this compile (see `Stage`); `Stage::Asm` is the host's
     /// assembly at this executable's optimisation level.
@@ -273,8 +318,14 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
             Stage::Lowered => Ok(self.module.text.clone()),
             Stage::Optimized => Ok(self.as_text()),
             Stage::Llvm => self.llvm_ir(),
-            Stage::Asm => self.exe.assembly(self.opt_level),
+            Stage::Asm => self.whole()?.assembly(self.opt_level),
         }
+    }
+    /// The whole-program executable. Errors: a `shard_map` program has none.
+    fn whole(&self) -> Result<&ExecutableRef> {
+        self.exe.as_ref().ok_or_else(|| {
+            Error::value_error("a shard_map program compiles per-device segments (no whole-program executable); stages jaxpr, lowered and opt show them")
+        })
     }
     /// Native assembly of the compiled code (`as_text_stage(Stage::Asm)`).
     pub fn asm(&self) -> Result<String> {
@@ -284,9 +335,13 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     /// On sharded arguments, a first comment line says which execution path the call
     /// takes; a partitioned program shows its per-device program with the collectives (`sharding_rules::compiled_text`).
     pub fn as_text(&self) -> String {
-        match &self.shardings {
-            Some(a) => crate::sharding_rules::compiled_text(&self.jaxpr, a, self.exe.optimized_ir(), &self.partition_opts()),
-            None => self.exe.optimized_ir().to_string(),
+        match (&self.shardings, &self.exe) {
+            (Some(a), Some(exe)) => crate::sharding_rules::compiled_text(&self.jaxpr, a, exe.optimized_ir(), &self.partition_opts()),
+            (None, Some(exe)) => exe.optimized_ir().to_string(),
+            (a, None) => a
+                .as_ref()
+                .and_then(|a| crate::partition::describe(&self.jaxpr, a.mesh(), a.ins(), &self.partition_opts()))
+                .unwrap_or_else(|| "// jaxrepl: this shard_map program runs equation by equation (the partitioner cannot take it); no compiled module".to_string()),
         }
     }
     /// The options the partitioner compiles per-device programs with (this compile's
@@ -296,10 +351,16 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     }
     /// LLVM IR of the compiled module.
     pub fn llvm_ir(&self) -> Result<String> {
-        self.exe.llvm_ir()
+        self.whole()?.llvm_ir()
     }
-    /// Flops, transcendentals and bytes accessed (see `compile::CostAnalysis`).
+    /// Flops, transcendentals and bytes accessed (see `compile::CostAnalysis`); for a
+    /// `shard_map` program one device's cost, as `Lowered::cost_analysis`.
     pub fn cost_analysis(&self) -> CostAnalysis {
+        if let (None, Some(a)) = (&self.exe, &self.shardings) {
+            if let Some(c) = crate::partition::plan_cost(&self.jaxpr, a.mesh(), a.ins(), &self.partition_opts()) {
+                return c;
+            }
+        }
         cost_analysis(&self.jaxpr.jaxpr)
     }
     /// Argument, output, temporary and generated-code sizes in bytes (JAX's
@@ -309,8 +370,10 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
     /// optimisation level (0 if code generation for the measurement fails).
     pub fn memory_analysis(&self) -> MemoryAnalysis {
         let mut m = memory_analysis(&self.module);
-        m.temp_size_in_bytes = crate::compile::temp_bytes(self.exe.optimized_ir());
-        m.generated_code_size_in_bytes = self.exe.code_size(self.opt_level).unwrap_or(0);
+        if let Some(exe) = &self.exe {
+            m.temp_size_in_bytes = crate::compile::temp_bytes(exe.optimized_ir());
+            m.generated_code_size_in_bytes = exe.code_size(self.opt_level).unwrap_or(0);
+        }
         m
     }
     /// The argument types this executable was compiled for.
@@ -362,6 +425,7 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
                 ArgLeaf::Spec(_) => Err(Error::type_error("cannot call a Compiled with ShapeDtypeStruct specs")),
             })
             .collect::<Result<Vec<_>>>()?;
+        let Some(exe) = &self.exe else { return self.call_partitioned(inputs) };
         let place = crate::sharding::out_place(inputs.iter(), "compiled", |i| format!("args[{i}]"))?
             .for_jaxpr(&self.jaxpr, &inputs)?
             .with_kinds(&self.module.out_memory_kinds);
@@ -370,7 +434,21 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
                 return crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone());
             }
         }
-        let outs: Vec<Array> = run_donating(&self.exe, &self.jaxpr, inputs, &self.donated, super::jit::sync_ok(&self.jaxpr.jaxpr), &place)?;
+        let outs: Vec<Array> = run_donating(exe, &self.jaxpr, inputs, &self.donated, super::jit::sync_ok(&self.jaxpr.jaxpr), &place)?;
+        crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone())
+    }
+    /// A call of a `shard_map` program: partitioned on the mesh of its `shard_map`
+    /// (arguments unsharded or sharded on it, no donation), else equation by equation.
+    fn call_partitioned(&self, inputs: Vec<Arc<crate::runtime::DeviceArray>>) -> Result<R> {
+        let mesh = crate::sharding_rules::first_shard_map_mesh(&self.jaxpr.jaxpr);
+        if let Some(mesh) = mesh.filter(|m| !self.donated.iter().any(|d| *d) && inputs.iter().all(|d| d.sharded_info().is_none_or(|s| &s.sharding.mesh == m))) {
+            if let Some(outs) = crate::partition::try_run("compiled", &self.jaxpr, &inputs, &mesh, &[], &self.partition_opts(), &self.module.out_memory_kinds)? {
+                return crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone());
+            }
+        }
+        let consts: Vec<Array> = self.jaxpr.consts.iter().map(|b| Array::from_buffer((**b).clone(), false)).collect();
+        let args: Vec<Array> = inputs.into_iter().map(Array::from_device).collect();
+        let outs = super::interp::eval_jaxpr(&self.jaxpr.jaxpr, &consts, &args)?;
         crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone())
     }
 }

@@ -1,0 +1,146 @@
+//! The partitioner on control flow and nested `jit` (issue 6, `partition/loops.rs`), with 8
+//! simulated CPU devices: a `scan` over `xs` split along a non-scanned dim, `fori_loop` /
+//! `while` bodies with a matmul against a replicated weight or a reduction over an unsplit
+//! dim run per device on blocks (no all-gather); a body that is not shard-local runs whole
+//! and the plan's notes say which path each loop took and why; a nested `jit` is inlined
+//! into the partition. Every sharded result is compared with the unsharded call.
+
+use jax::prelude::*;
+use jaxrepl_tests::{assert_close_f32, eight_cpu_devices, host_array, put};
+
+fn mesh8() -> Mesh {
+    make_mesh(&[8], &["i"], None).unwrap()
+}
+
+/// The compiled text of `f` on `args`: the partitioned plan's header, notes and program.
+fn plan_text<A: jax::trace::pytree::Pytree, R: jax::trace::pytree::Pytree>(f: &jax::transform::Jitted<A, R>, args: impl jax::trace::pytree::Args<A>) -> String {
+    f.lower(args).unwrap().compile().unwrap().as_text()
+}
+
+fn control_notes(text: &str) -> Vec<String> {
+    text.lines().filter_map(|l| l.strip_prefix("// control flow: ")).map(|l| {
+        // Drop the source location (file:line:col) for golden text.
+        match (l.find(" at "), l.find(": ")) {
+            (Some(a), Some(b)) if a < b => format!("{}{}", &l[..a], &l[b..]),
+            _ => l.to_string(),
+        }
+    }).collect()
+}
+
+/// `scan` over xs f32[6,16] split along dim 1 with a carry f32[16] starting whole: the
+/// carry takes the split layout, the body runs per device; carry and ys equal the
+/// unsharded call bitwise (elementwise only) and keep the split.
+#[test]
+fn scan_over_xs_split_along_a_non_scanned_dim_runs_per_device() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (xs, _) = host_array(&[6, 16], 31);
+    let f = jit(|(c, xs): (Array, Array)| -> Result<(Array, Array)> {
+        lax::scan(|(c, x): (Array, Array)| -> Result<(Array, Array)> {
+            let c2 = &c * 0.5 + x.tanh();
+            Ok((c2.clone(), &c2 * 2.0))
+        }, c, xs, None, false, 1)
+    });
+    let c0 = jnp::zeros(&[16], DType::F32);
+    let pxs = put(&xs, &mesh, P!(None, "i"));
+    let before = jax::sharding::partitioned_calls();
+    let (c, ys) = f.call((&c0, &pxs)).unwrap();
+    assert!(jax::sharding::partitioned_calls() > before);
+    let (wc, wys) = f.call((&c0, &xs)).unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap(), wc.to_vec::<f32>().unwrap());
+    assert_eq!(ys.to_vec::<f32>().unwrap(), wys.to_vec::<f32>().unwrap());
+    assert_eq!(typeof_(&ys).to_string(), "float32[6,16@i]");
+    assert_eq!(typeof_(&c).to_string(), "float32[16@i]");
+    // `%explain` names the path of the call's loop (the call traced above).
+    let report = jax::magic::explain().0;
+    assert!(report.lines().any(|l| l.starts_with("    partitioned: scan at ") && l.ends_with(": runs per device (its body is shard-local on blocks)")), "{report}");
+    let text = plan_text(&f, (&c0, &pxs));
+    assert_eq!(control_notes(&text), vec!["scan: runs per device (its body is shard-local on blocks)".to_string()]);
+    assert!(text.contains("f32[6,2]") && !text.contains("all_gather["), "{text}");
+    // xs split along the scanned dim: all-gathered along it first, then per device.
+    let (xs2, _) = host_array(&[8, 16], 32);
+    let p2 = put(&xs2, &mesh, P!("i", None));
+    let (c, ys) = f.call((&c0, &p2)).unwrap();
+    let (wc, wys) = f.call((&c0, &xs2)).unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap(), wc.to_vec::<f32>().unwrap());
+    assert_eq!(ys.to_vec::<f32>().unwrap(), wys.to_vec::<f32>().unwrap());
+}
+
+/// `fori_loop` with a matmul against a replicated weight (rows split) and a `while` whose
+/// body reduces over the unsplit dim: per device, no all-gather, equal to the unsharded call.
+#[test]
+fn loop_bodies_with_matmuls_and_local_reductions_run_per_device() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[32, 16], 33);
+    let (w, _) = host_array(&[16, 16], 34);
+    let f = jit(|(x, w): (Array, Array)| -> Result<Array> {
+        // The loop index broadcast to h's shape (a whole value the body makes): broadcast
+        // straight to the block.
+        lax::fori_loop(0, 5, |(i, h): (Array, Array)| -> Result<Array> {
+            let b = jnp::broadcast_to(&(i.astype(DType::F32) * 0.01), &[32, 16])?;
+            Ok(h.matmul(&w).tanh() + b)
+        }, x)
+    });
+    let px = put(&x, &mesh, P!("i", None));
+    let z = f.call((&px, &w)).unwrap();
+    assert_close_f32(&z, &f.call((&x, &w)).unwrap(), 1e-6);
+    assert_eq!(typeof_(&z).to_string(), "float32[32@i,16]");
+    let text = plan_text(&f, (&px, &w));
+    assert_eq!(control_notes(&text), vec!["scan: runs per device (its body is shard-local on blocks)".to_string()]);
+    assert!(text.contains("dot_general") && text.contains("f32[4,16]") && !text.contains("all_gather["), "{text}");
+    // while: x - 0.5 * mean over the unsplit dim, until a counter reaches 4.
+    let g = jit(|x: Array| -> Result<Array> {
+        let (_, y) = lax::while_loop(
+            |(i, _): (Array, Array)| i.lt(4),
+            |(i, y): (Array, Array)| -> Result<(Array, Array)> {
+                let m = jnp::expand_dims(&jnp::mean(&y, Some(&[1]))?, 1)?;
+                Ok((i + 1, &y - &(m * 0.5)))
+            },
+            (jnp::zeros(&[], DType::I32), x),
+        )?;
+        Ok(y)
+    });
+    let z = g.call(&px).unwrap();
+    assert_close_f32(&z, &g.call(&x).unwrap(), 1e-6);
+    let text = plan_text(&g, &px);
+    assert_eq!(control_notes(&text), vec!["while: runs per device (its body is shard-local on blocks)".to_string()]);
+    assert!(!text.contains("all_gather["), "{text}");
+}
+
+/// A body that is not shard-local (a sum over the split dim) runs whole, right, and the
+/// note says why.
+#[test]
+fn a_body_reducing_a_split_dim_runs_whole_and_says_why() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[32, 4], 35);
+    let f = jit(|x: Array| -> Result<Array> {
+        lax::fori_loop(0, 3, |(_, h): (Array, Array)| -> Result<Array> { Ok(&h / &(h.abs().sum() + 1.0)) }, x)
+    });
+    let px = put(&x, &mesh, P!("i", None));
+    assert_close_f32(&f.call(&px).unwrap(), &f.call(&x).unwrap(), 1e-6);
+    let text = plan_text(&f, &px);
+    assert_eq!(control_notes(&text), vec!["scan: runs whole (operands all-gathered): `reduce_sum` over a split dim".to_string()]);
+    assert!(text.contains("all_gather["), "{text}");
+}
+
+/// A nested `jit` over sharded arrays is inlined into the partition: the outer program
+/// has no `jit` equation and no all-gather; values equal the unsharded call.
+#[test]
+fn nested_jit_is_inlined_into_the_partition() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[16, 8], 36);
+    let (w, _) = host_array(&[8, 8], 37);
+    let inner = jit(|(x, w): (Array, Array)| -> Result<Array> { Ok(x.matmul(&w).sin() * 2.0) });
+    let outer = jit(move |(x, w): (Array, Array)| -> Result<Array> { Ok(inner.call((&x, &w))? + 1.0) });
+    let px = put(&x, &mesh, P!("i", None));
+    let z = outer.call((&px, &w)).unwrap();
+    assert_close_f32(&z, &outer.call((&x, &w)).unwrap(), 1e-6);
+    assert_eq!(typeof_(&z).to_string(), "float32[16@i,8]");
+    let text = plan_text(&outer, (&px, &w));
+    let program: Vec<&str> = text.lines().filter(|l| l.starts_with("//   ")).collect();
+    assert!(!program.iter().any(|l| l.contains("jit[") || l.contains("all_gather[")), "{text}");
+    assert!(program.iter().any(|l| l.contains("dot_general") && l.contains("f32[2,8]")), "{text}");
+}
