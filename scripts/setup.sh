@@ -142,7 +142,9 @@ make_venv() {
     if ! [ -x "$dir/bin/python" ] || ! "$dir/bin/python" -c 'import sys' 2>/dev/null; then
         say "creating ${dir#"$ROOT"/} ($(python3 --version 2>&1))"
         rm -rf "$dir"
-        python3 -m venv "$dir" || die "python3 -m venv $dir failed (Debian: apt-get install python3-venv)"
+        # One retry: ensurepip inside `venv` once failed transiently on a loaded machine.
+        python3 -m venv "$dir" || { say "python3 -m venv failed; retrying once"; rm -rf "$dir"; sleep 2; python3 -m venv "$dir"; } ||
+            die "python3 -m venv $dir failed (Debian: apt-get install python3-venv)"
     fi
     say "installing into ${dir#"$ROOT"/}: $*"
     "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" ||
