@@ -157,6 +157,73 @@ fn reshape_transpose_matmul() {
     assert_eq!(e.message, "dot_general requires contracting dimensions to have the same shape, got (4,) and (3,).");
 }
 
+/// numpy's matmul on the host: 1-d operands promoted and dropped, batch dims broadcast.
+fn matmul_ref(sa: &[usize], av: &[f64], sb: &[usize], bv: &[f64]) -> (Vec<usize>, Vec<f64>) {
+    let (a2, b2) = (sa.len() == 1, sb.len() == 1);
+    let sa: Vec<usize> = if a2 { vec![1, sa[0]] } else { sa.to_vec() };
+    let sb: Vec<usize> = if b2 { vec![sb[0], 1] } else { sb.to_vec() };
+    let (m, k, n) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 1]);
+    let (la, lb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
+    let nb = la.len().max(lb.len());
+    let pad = |l: &[usize]| -> Vec<usize> { std::iter::repeat_n(1, nb - l.len()).chain(l.iter().copied()).collect() };
+    let (pa, pb) = (pad(la), pad(lb));
+    let batch: Vec<usize> = pa.iter().zip(&pb).map(|(&x, &y)| x.max(y)).collect();
+    let count: usize = batch.iter().product();
+    let mut out = Vec::new();
+    for flat in 0..count {
+        // Index of this batch element in each operand (size-1 dims broadcast).
+        let (mut ia, mut ib, mut rem) = (0, 0, flat);
+        let mut idx = vec![0; nb];
+        for d in (0..nb).rev() {
+            idx[d] = rem % batch[d];
+            rem /= batch[d];
+        }
+        for d in 0..nb {
+            ia = ia * pa[d] + if pa[d] == 1 { 0 } else { idx[d] };
+            ib = ib * pb[d] + if pb[d] == 1 { 0 } else { idx[d] };
+        }
+        for i in 0..m {
+            for j in 0..n {
+                out.push((0..k).map(|l| av[ia * m * k + i * k + l] * bv[ib * k * n + l * n + j]).sum());
+            }
+        }
+    }
+    let mut shape = batch;
+    if !a2 {
+        shape.push(m);
+    }
+    if !b2 {
+        shape.push(n);
+    }
+    (shape, out)
+}
+
+#[test]
+fn matmul_broadcasts_batch_dims_like_numpy() {
+    // (lhs shape, rhs shape): a fresh user's cases and numpy's 1-d rules.
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[2, 3, 4], &[4, 5]),
+        (&[1, 3, 4], &[4, 3, 4, 2]),
+        (&[3, 4], &[2, 4, 5]),
+        (&[4], &[2, 4, 5]),
+        (&[2, 3, 4], &[4]),
+        (&[2, 1, 3, 4], &[5, 4, 2]),
+    ];
+    for (sa, sb) in cases {
+        let (a, av) = host(sa, |i| (i as f64 * 0.37).sin());
+        let (b, bv) = host(sb, |i| (i as f64 * 0.21).cos());
+        let (shape, want) = matmul_ref(sa, &av, sb, &bv);
+        let name = format!("{sa:?} @ {sb:?}");
+        let got = jnp::matmul(&a, &b).unwrap();
+        assert_eq!(got.shape(), shape, "{name}");
+        check(&name, &got, &want, 1e-5);
+        let g = jit(|(a, b): (Array, Array)| jnp::matmul(&a, &b));
+        check(&format!("jit {name}"), &g.call((&a, &b)).unwrap(), &want, 1e-5);
+    }
+    let e = jnp::matmul(&jnp::ones(&[2, 3, 4], None), &jnp::ones(&[3, 4, 5], None)).unwrap_err();
+    assert_eq!(e.message, "matmul got incompatible shapes for broadcasting: (2,), (3,).");
+}
+
 #[test]
 fn creation_and_conversion_round_trips() {
     let a = jnp::linspace(0.0, 1.0, 5);

@@ -321,8 +321,12 @@ pub fn transpose(x: &Array, axes: Option<&[usize]>) -> Result<Array> {
     lax::transpose(x, &perm)
 }
 
-/// `jnp.matmul(a, b)` (`a @ b`): 1-d and 2-d operands, and stacks of matrices with
-/// equal leading (batch) dimensions.
+/// `jnp.matmul(a, b)` (`a @ b`), numpy's rules: a 1-d `a` is a row vector and a 1-d `b` a
+/// column vector (that dim is dropped from the result); operands of more than 2 dims are
+/// stacks of matrices whose leading (batch) dims broadcast against each other (`[2,3,4] @
+/// [4,5]` is `[2,3,5]`; `[1,3,4] @ [6,4,5]` is `[6,3,5]`). Errors: a 0-d operand
+/// (`ValueError`), contracting dims of different sizes or batch dims that do not broadcast
+/// (`TypeError`), at the caller's line.
 #[track_caller]
 pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
     matmul_with(a, b, None::<crate::ir::DotPrecision>)
@@ -353,16 +357,25 @@ pub fn matmul_with(a: &Array, b: &Array, precision: impl crate::ir::IntoPrecisio
     if na <= 2 && nb <= 2 {
         return lax::dot_general_with(a, b, (&[ka], &[kb]), (&[], &[]), precision, None);
     }
-    if na != nb || sa[..na - 2] != sb[..nb - 2] {
-        return Err(Error::type_error(format!(
-            "matmul: batch dimensions must be equal, got {} @ {}",
-            lax::py_shape(&sa),
-            lax::py_shape(&sb)
-        ))
-        .here());
+    if nb <= 2 {
+        // Only `a` has leading dims: one product over them, result `a.lead + [m] (+ [n])`.
+        return lax::dot_general_with(a, b, (&[ka], &[kb]), (&[], &[]), precision, None);
     }
-    let batch: Vec<usize> = (0..na - 2).collect();
-    lax::dot_general_with(a, b, (&[ka], &[kb]), (&batch, &batch), precision, None)
+    if na == 1 {
+        // A vector times a stack: result `b.lead + [n]`.
+        return lax::dot_general_with(a, b, (&[0], &[kb]), (&[], &[]), precision, None);
+    }
+    // Both are matrices or stacks of them: the leading (batch) dims broadcast as numpy's do.
+    let batch_shape = lax::broadcast_shapes("matmul", &sa[..na - 2], &sb[..nb - 2]).map_err(|e| e.here())?;
+    let stack = |x: &Array, s: &[usize]| {
+        let mut shape = batch_shape.clone();
+        shape.extend_from_slice(&s[s.len() - 2..]);
+        lax::broadcast_to(x, &shape)
+    };
+    let (a, b) = (stack(a, &sa)?, stack(b, &sb)?);
+    let nbatch = batch_shape.len();
+    let batch: Vec<usize> = (0..nbatch).collect();
+    lax::dot_general_with(&a, &b, (&[nbatch + 1], &[nbatch]), (&batch, &batch), precision, None)
 }
 
 /// `jnp.dot(a, b)` (same as matmul for 1-d and 2-d operands).
