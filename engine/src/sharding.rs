@@ -250,6 +250,36 @@ impl Mesh {
     pub fn size(&self) -> usize {
         self.0.devices.len()
     }
+    /// Mesh coordinates of the device at flat (row-major) position `index`.
+    pub(crate) fn coords(&self, index: usize) -> Vec<usize> {
+        let sizes = self.axis_sizes();
+        let mut c = vec![0; sizes.len()];
+        let mut r = index;
+        for k in (0..sizes.len()).rev() {
+            c[k] = r % sizes[k];
+            r /= sizes[k];
+        }
+        c
+    }
+    /// The flat positions of the group of device `index` over the axes at positions `ks`
+    /// (a collective's participants): its coordinates on the other axes fixed, members in
+    /// row-major order over `ks` as given.
+    pub(crate) fn group_members(&self, index: usize, ks: &[usize]) -> Vec<usize> {
+        let sizes = self.axis_sizes();
+        let me = self.coords(index);
+        let n: usize = ks.iter().map(|&k| sizes[k]).product();
+        (0..n)
+            .map(|p| {
+                let mut c = me.clone();
+                let mut r = p;
+                for &k in ks.iter().rev() {
+                    c[k] = r % sizes[k];
+                    r /= sizes[k];
+                }
+                c.iter().zip(sizes).fold(0, |acc, (&ci, &s)| acc * s + ci)
+            })
+            .collect()
+    }
     /// `mesh.shape[name]`.
     pub fn axis_size(&self, name: &str) -> Option<usize> {
         self.axis_index(name).map(|i| self.0.axis_sizes[i])

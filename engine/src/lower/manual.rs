@@ -37,7 +37,6 @@ pub(crate) fn sdy_mesh(mesh: &Mesh) -> String {
 /// ordered by their first member. Errors: an axis not in the mesh.
 pub(crate) fn replica_groups(mesh: &Mesh, axes: &[String]) -> Result<Vec<Vec<usize>>, Error> {
     let names = mesh.axis_names();
-    let sizes = mesh.axis_sizes();
     let ks: Vec<usize> = axes
         .iter()
         .map(|a| names.iter().position(|n| n == a).ok_or_else(|| malformed(format!("collective over axis '{a}' outside a shard_map on a mesh with it"))))
@@ -48,24 +47,9 @@ pub(crate) fn replica_groups(mesh: &Mesh, axes: &[String]) -> Result<Vec<Vec<usi
         if seen[start] {
             continue;
         }
-        let mut me = vec![0; sizes.len()];
-        let mut r = start;
-        for k in (0..sizes.len()).rev() {
-            me[k] = r % sizes[k];
-            r /= sizes[k];
-        }
-        let n: usize = ks.iter().map(|&k| sizes[k]).product();
-        let mut g = Vec::with_capacity(n);
-        for p in 0..n {
-            let mut c = me.clone();
-            let mut r = p;
-            for &k in ks.iter().rev() {
-                c[k] = r % sizes[k];
-                r /= sizes[k];
-            }
-            let flat = c.iter().zip(sizes).fold(0, |acc, (&ci, &s)| acc * s + ci);
-            seen[flat] = true;
-            g.push(flat);
+        let g = mesh.group_members(start, &ks);
+        for &m in &g {
+            seen[m] = true;
         }
         groups.push(g);
     }

@@ -114,14 +114,7 @@ impl MeshRun {
 
     /// Mesh coordinates of flat device `index`.
     pub fn coords(&self, index: usize) -> Vec<usize> {
-        let sizes = self.mesh.axis_sizes();
-        let mut c = vec![0; sizes.len()];
-        let mut r = index;
-        for k in (0..sizes.len()).rev() {
-            c[k] = r % sizes[k];
-            r /= sizes[k];
-        }
-        c
+        self.mesh.coords(index)
     }
 
     /// The group of device `index` over `axes`: its position and the members' flat
@@ -134,17 +127,7 @@ impl MeshRun {
             .map(|a| names.iter().position(|n| n == a).ok_or_else(|| Error::value_error(format!("unbound axis name: {a}"))))
             .collect::<Result<_>>()?;
         let me = self.coords(index);
-        let n: usize = ks.iter().map(|&k| sizes[k]).product();
-        let mut members = Vec::with_capacity(n);
-        for p in 0..n {
-            let mut c = me.clone();
-            let mut r = p;
-            for &k in ks.iter().rev() {
-                c[k] = r % sizes[k];
-                r /= sizes[k];
-            }
-            members.push(c.iter().zip(sizes).fold(0, |acc, (&ci, &s)| acc * s + ci));
-        }
+        let members = self.mesh.group_members(index, &ks);
         let pos = ks.iter().fold(0, |acc, &k| acc * sizes[k] + me[k]);
         Ok((pos, members))
     }
