@@ -64,7 +64,7 @@ impl Printer {
                 let _ = std::io::stderr().write_all(text.as_bytes());
             }
             Output::Display(items) => {
-                let text = display_text(items);
+                let text = display_text(items, self.color);
                 let text = match highlight::detect_ir(&text) {
                     Some(lang) if self.color => highlight::highlight(&text, lang),
                     _ => text,
@@ -88,11 +88,11 @@ impl Printer {
     }
 }
 
-/// The text a terminal shows for a display: its `text/plain`, else a note listing the
-/// MIME types it carries.
-pub fn display_text(items: &[(String, String)]) -> String {
-    // Coloured text drawn for terminals (`%sharding`'s blocks) wins over plain text.
-    if let Some((_, text)) = items.iter().find(|(m, _)| m == "application/vnd.jaxrepl.ansi") {
+/// The text a terminal shows for a display: its coloured terminal form when `color`
+/// (`%sharding`'s blocks; not with `NO_COLOR` or output to a file), else its `text/plain`
+/// (JAX's `use_color=False` table), else a note listing the MIME types it carries.
+pub fn display_text(items: &[(String, String)], color: bool) -> String {
+    if color && let Some((_, text)) = items.iter().find(|(m, _)| m == "application/vnd.jaxrepl.ansi") {
         return text.trim_end_matches('\n').to_string();
     }
     if let Some((_, text)) = items.iter().find(|(m, _)| m == "text/plain") {
@@ -112,8 +112,19 @@ mod tests {
     #[test]
     fn display_prefers_plain_text() {
         let items = vec![("text/html".to_string(), "<b>1</b>".to_string()), ("text/plain".to_string(), "1\n".to_string())];
-        assert_eq!(display_text(&items), "1");
+        assert_eq!(display_text(&items, true), "1");
         let items = vec![("image/svg+xml".to_string(), "<svg/>".to_string())];
-        assert_eq!(display_text(&items), "[rich output (image/svg+xml, 6 bytes); view it in Jupyter]");
+        assert_eq!(display_text(&items, true), "[rich output (image/svg+xml, 6 bytes); view it in Jupyter]");
+    }
+
+    #[test]
+    fn coloured_drawings_only_when_colouring() {
+        let items = vec![
+            ("text/plain".to_string(), "┌─────┐\n│CPU 0│\n└─────┘\n".to_string()),
+            ("application/vnd.jaxrepl.ansi".to_string(), "\x1b[48;2;57;59;121m CPU 0 \x1b[0m\n".to_string()),
+        ];
+        assert_eq!(display_text(&items, true), "\x1b[48;2;57;59;121m CPU 0 \x1b[0m");
+        // NO_COLOR or output to a file: JAX's plain table (`use_color=False`).
+        assert_eq!(display_text(&items, false), "┌─────┐\n│CPU 0│\n└─────┘");
     }
 }
