@@ -112,14 +112,14 @@ pub fn jaxpr<T>(call: impl FnOnce() -> T) -> Result<ClosedJaxpr> {
     Ok(last_call(call)?.1.jaxpr.clone())
 }
 
-/// `%lower CALL`: the lowered MLIR module. A call of a `shard_map` that ran partitioned
-/// shows the global module as JAX does: each `shard_map` one `sdy.manual_computation`
-/// region (in/out shardings, manual axes, the body on blocks with its collectives as
-/// StableHLO ops), Shardy annotations on `@main` (`%compile` shows the per-device
-/// segments that run).
+/// `%lower CALL`: the lowered MLIR module. A call on sharded arrays that ran partitioned
+/// shows the global module as JAX does: Shardy annotations on `@main` (`mhlo.num_partitions`,
+/// `sdy.mesh`, each argument's and result's `sdy.sharding`) and each `shard_map` one
+/// `sdy.manual_computation` region (in/out shardings, manual axes, the body on blocks with
+/// its collectives as StableHLO ops); `%compile` shows the per-device segments that run.
 pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (_, e) = last_call(call)?;
-    if let Some(t) = take_partitioned().filter(|_| e.has_shard_map) {
+    if let Some(t) = take_partitioned() {
         return Ok(Text(t.lowered));
     }
     Ok(Text(compiled(&e)?.lowered.text.clone()))
@@ -157,13 +157,17 @@ pub fn compile_stage<T>(stage: &str, call: impl FnOnce() -> T) -> Result<Text> {
         };
     }
     let c = compiled(&e)?;
-    Ok(Text(match stage {
-        Stage::Jaxpr => e.jaxpr.to_string(),
-        Stage::Lowered => c.lowered.text.clone(),
-        Stage::Optimized => partitioned.map(|t| t.compiled).unwrap_or_else(|| c.executable.optimized_ir().to_string()),
-        Stage::Llvm => c.executable.llvm_ir()?,
-        // Jitted calls compile at the default level.
-        Stage::Asm => c.executable.assembly(2)?,
+    Ok(Text(match (stage, partitioned) {
+        (Stage::Lowered, Some(t)) => t.lowered,
+        (Stage::Optimized, Some(t)) => t.compiled,
+        (stage, _) => match stage {
+            Stage::Jaxpr => e.jaxpr.to_string(),
+            Stage::Lowered => c.lowered.text.clone(),
+            Stage::Optimized => c.executable.optimized_ir().to_string(),
+            Stage::Llvm => c.executable.llvm_ir()?,
+            // Jitted calls compile at the default level.
+            Stage::Asm => c.executable.assembly(2)?,
+        },
     }))
 }
 

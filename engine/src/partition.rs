@@ -782,7 +782,9 @@ pub(crate) struct CallTexts {
 pub(crate) fn describe_call(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], mesh: &Mesh, want: &[Option<Dims>], opts: &StageOptions) -> Option<CallTexts> {
     let (args, declared) = layouts(inputs, mesh);
     let p = cached_plan(j, mesh, &args, &declared, want, "compiled", opts).ok().flatten()?;
-    let global = if p.manual { global_lowered(name, j, inputs, opts) } else { None };
+    // `%lower` shows JAX's global module (Shardy shardings on `@main`; shard_maps as manual
+    // computations); the per-device segments' lowered modules only if it does not lower.
+    let global = global_lowered(name, j, inputs, opts);
     Some(CallTexts {
         compiled: plan_text(&p, mesh),
         lowered: global.unwrap_or_else(|| plan_text_with(&p, mesh, &p.segment_lowered)),

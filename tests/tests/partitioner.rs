@@ -430,3 +430,25 @@ fn elementwise_loops_run_per_device() {
     let h = |x: Array| -> Result<Array> { lax::fori_loop(0, 3, |(_, c): (Array, Array)| -> Result<Array> { Ok(&c - c.mean()) }, x) };
     close(&jit(h).call(&px).unwrap(), &jit(h).call(&x).unwrap());
 }
+
+/// `%lower` (and `%compile --stage lowered`) of a jitted call that ran partitioned show
+/// the global module with its Shardy annotations, as `Lowered::as_text` does, also after
+/// the same function ran unsharded (a fresh user saw the unannotated module).
+#[test]
+fn lower_magic_of_a_partitioned_call_shows_the_shardings() {
+    eight_cpu_devices();
+    let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let (a, _) = host_array(&[8, 4], 14);
+    let (w, _) = host_array(&[4, 6], 3);
+    let mm = jit(|(a, b): (Array, Array)| a.matmul(&b));
+    mm.call((&a, &w)).unwrap();
+    let pa = put(&a, &mesh, P!("X", None));
+    let want = mm.lower((&pa, &w)).unwrap().as_text();
+    assert!(want.contains("%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"X\"}, {}]>}"), "{want}");
+    assert!(want.contains("sdy.mesh @mesh = <[\"X\"=4, \"Y\"=2]>"), "{want}");
+    assert_eq!(jax::magic::lower(|| mm.call((&pa, &w))).unwrap().to_string(), want);
+    assert_eq!(jax::magic::compile_stage("lowered", || mm.call((&pa, &w))).unwrap().to_string(), want);
+    // The unsharded call still shows the plain module.
+    let plain = jax::magic::lower(|| mm.call((&a, &w))).unwrap().to_string();
+    assert!(!plain.contains("sdy.sharding"), "{plain}");
+}
