@@ -24,7 +24,9 @@ Environment:
   JAXREPL_TIMING=1         print timings of start-up and cells on stderr
   NO_COLOR                 no colours
 
-A file run exits with status 1 if a cell fails that is not tagged `raises-exception`.
+A file run exits with status 1 if a cell fails that is not tagged `raises-exception`;
+input from a pipe (`printf 'let a = 1;' | jaxrepl`) runs every cell and exits with
+status 1 if any failed.
 ";
 
 fn main() -> ExitCode {
@@ -58,7 +60,7 @@ fn main() -> ExitCode {
     } else if let Some(file) = file {
         script::run_file(&file, opts)
     } else {
-        repl::run(opts).map(|()| true)
+        repl::run(opts)
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -116,6 +116,20 @@ def test_piped_input_with_an_incomplete_end_reports_it():
     out = done.stdout + done.stderr
     assert "incomplete input at end of file" in out, out
     assert "    let b = (a +" in out, out
+    assert done.returncode == 1, out
+
+
+def test_piped_input_runs_every_cell_and_exits_1_if_one_failed():
+    env = dict(os.environ, NO_COLOR="1")
+    run = lambda text: subprocess.run([jaxrepl_bin(), "--no-prelude"], input=text, capture_output=True,
+                                      text=True, timeout=START_TIMEOUT_S + 3 * CELL_TIMEOUT_S, env=env)
+    done = run("let a = 40;\na + 2\n")
+    assert done.returncode == 0 and "42" in done.stdout, done.stdout + done.stderr
+    done = run('let n: i32 = "x".parse()?;\nlet c = 3;\nc * 11\n')
+    out = done.stdout + done.stderr
+    assert "invalid digit found in string" in out, out
+    assert "33" in done.stdout, out  # the cells after the failing one still ran
+    assert done.returncode == 1, out
 
 
 def test_the_terminal_shows_a_question_mark_error():

@@ -87,9 +87,11 @@ impl Highlighter for CellHelper {
 
 impl Helper for CellHelper {}
 
-/// Runs the interactive prompt until Ctrl-D. Errors: the session could not start, or the
-/// terminal could not be set up.
-pub fn run(opts: SessionOptions) -> Result<()> {
+/// Runs the interactive prompt until Ctrl-D, or every cell of piped input. Returns
+/// whether the exit status is success: always at the prompt; with piped input, whether
+/// every cell ran without an error. Errors: the session could not start, or the terminal
+/// could not be set up.
+pub fn run(opts: SessionOptions) -> Result<bool> {
     let started = Instant::now();
     let session = Rc::new(RefCell::new(Session::start(opts)?));
     let interrupt = session.borrow().interrupt_handle();
@@ -137,11 +139,11 @@ pub fn run(opts: SessionOptions) -> Result<()> {
         }
     }
     let _ = editor.save_history(&history);
-    Ok(())
+    Ok(true)
 }
 
-/// Runs one cell numbered `count`, printing its outputs.
-fn run_cell(session: &RefCell<Session>, printer: &Printer, count: usize, line: &str) {
+/// Runs one cell numbered `count`, printing its outputs; returns how it ended.
+fn run_cell(session: &RefCell<Session>, printer: &Printer, count: usize, line: &str) -> ExecStatus {
     let t0 = Instant::now();
     if !session.borrow().is_ready() {
         eprintln!("(the session is still starting: its evaluation process is not ready yet; Ctrl-C stops waiting)");
@@ -165,32 +167,37 @@ fn run_cell(session: &RefCell<Session>, printer: &Printer, count: usize, line: &
     if status == ExecStatus::Interrupted {
         println!("(interrupted)");
     }
+    status
 }
 
 /// Input from a pipe or file (`printf 'let a = 1;\n' | jaxrepl`): lines are gathered into
 /// cells as at the prompt (a cell ends where its brackets, strings and comments close;
 /// two empty lines end it anyway), and input still incomplete at the end of the file is
-/// reported as an error, not dropped.
-fn run_piped(session: &RefCell<Session>, printer: &Printer) -> Result<()> {
+/// reported as an error, not dropped. Returns whether every cell ran without an error.
+fn run_piped(session: &RefCell<Session>, printer: &Printer) -> Result<bool> {
     let mut cells = PipedCells::default();
     let mut count = 1;
+    let mut all_ok = true;
     loop {
         let mut line = String::new();
         if std::io::stdin().read_line(&mut line)? == 0 {
             break;
         }
         if let Some(cell) = cells.push(&line, |c| session.borrow().is_complete(c)) {
-            run_cell(session, printer, count, &cell);
+            all_ok &= run_cell(session, printer, count, &cell) == ExecStatus::Ok;
             count += 1;
         }
     }
     if let Some(rest) = cells.finish(|c| session.borrow().is_complete(c)) {
         match rest {
-            Ok(cell) => run_cell(session, printer, count, &cell),
-            Err(error) => printer.print(&error),
+            Ok(cell) => all_ok &= run_cell(session, printer, count, &cell) == ExecStatus::Ok,
+            Err(error) => {
+                printer.print(&error);
+                all_ok = false;
+            }
         }
     }
-    Ok(())
+    Ok(all_ok)
 }
 
 /// Gathers piped lines into cells (see [`run_piped`]).
