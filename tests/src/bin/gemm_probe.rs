@@ -143,20 +143,7 @@ fn main() {
         bench_mlp(&want);
     }
     if want("mlp") || want("mlpir") || want("mlpgrad") {
-        let params: Vec<(Array, Array)> =
-            (0..3).map(|i| (normal(&[512, 512], 10 + i, 1.0 / (512f32).sqrt()), jnp::zeros(&[512], DType::F32))).collect();
-        let x = normal(&[128, 512], 20, 1.0);
-        let y = normal(&[128, 512], 21, 1.0);
-        fn fwd(p: &[(Array, Array)], x: &Array) -> Array {
-            let mut h = x.clone();
-            for (i, (w, b)) in p.iter().enumerate() {
-                h = h.matmul(w) + b;
-                if i + 1 < p.len() {
-                    h = nn::relu(&h).unwrap();
-                }
-            }
-            h
-        }
+        let (params, x, y) = mlp_inputs();
         let f = jit(|(p, x): (Vec<(Array, Array)>, Array)| fwd(&p, &x));
         let g = jit(grad(|(p, x, y): (Vec<(Array, Array)>, Array, Array)| {
             let d = fwd(&p, &x) - y;
@@ -249,24 +236,31 @@ fn rawcmp() {
     }
 }
 
+/// The bench's MLP (`bench.rs`): 3 layers of f32[512,512] weights and f32[512] biases,
+/// input and target f32[128,512] (fixed seeds).
+fn mlp_inputs() -> (Vec<(Array, Array)>, Array, Array) {
+    let params = (0..3).map(|i| (normal(&[512, 512], 10 + i, 1.0 / (512f32).sqrt()), jnp::zeros(&[512], DType::F32))).collect();
+    (params, normal(&[128, 512], 20, 1.0), normal(&[128, 512], 21, 1.0))
+}
+
+/// The MLP's forward pass: `relu(h @ w + b)` per layer, no relu after the last.
+fn fwd(p: &[(Array, Array)], x: &Array) -> Array {
+    let mut h = x.clone();
+    for (i, (w, b)) in p.iter().enumerate() {
+        h = h.matmul(w) + b;
+        if i + 1 < p.len() {
+            h = nn::relu(&h).unwrap();
+        }
+    }
+    h
+}
+
 /// The MLP grad and training step exactly as `bench.rs` runs them (gradient with respect
 /// to the parameters only; `p - 0.01·g`), steady state of the optimised tier: `gradp`,
 /// `trainp` time them (ms); `gradpir`, `trainpir` print the optimized module.
 fn bench_mlp(want: &dyn Fn(&str) -> bool) {
     type Params = Vec<(Array, Array)>;
-    let params: Params = (0..3).map(|i| (normal(&[512, 512], 10 + i, 1.0 / (512f32).sqrt()), jnp::zeros(&[512], DType::F32))).collect();
-    let x = normal(&[128, 512], 20, 1.0);
-    let y = normal(&[128, 512], 21, 1.0);
-    fn fwd(p: &[(Array, Array)], x: &Array) -> Array {
-        let mut h = x.clone();
-        for (i, (w, b)) in p.iter().enumerate() {
-            h = h.matmul(w) + b;
-            if i + 1 < p.len() {
-                h = nn::relu(&h).unwrap();
-            }
-        }
-        h
-    }
+    let (params, x, y) = mlp_inputs();
     fn g(p: Params, x: Array, y: Array) -> jax::Result<Params> {
         grad(move |p: Params| {
             let d = fwd(&p, &x) - &y;
