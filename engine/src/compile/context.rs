@@ -67,7 +67,7 @@ pub fn run_to_loops(ctx: &Context, module: &mut Module, diags: &Diagnostics) -> 
 /// The passes from loops on memrefs to the LLVM dialect. `convert-math-to-funcs` expands
 /// `math.ipowi`; `convert-math-to-libm` catches every math op without an LLVM intrinsic.
 pub const PIPELINE_TO_LLVM: &str = "builtin.module(convert-math-to-funcs,lower-affine,convert-scf-to-cf,\
-expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,arith-expand{include-bf16=true},\
+expand-strided-metadata,lower-affine,finalize-memref-to-llvm{use-generic-functions=true},convert-math-to-llvm,convert-math-to-libm,arith-expand{include-bf16=true},\
 convert-arith-to-llvm,convert-index-to-llvm,convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,\
 reconcile-unrealized-casts)";
 

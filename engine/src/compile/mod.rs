@@ -19,6 +19,7 @@
 //! buffers; inputs are never written, except a donated buffer handed over as its aliased
 //! output's destination.
 
+mod alloc;
 mod analysis;
 mod gemm;
 mod inplace;
@@ -410,9 +411,10 @@ fn compile_times_env() -> bool {
     *ON.get_or_init(|| std::env::var_os("JAXREPL_COMPILE_TIMES").is_some())
 }
 
-/// All runtime symbols compiled code may call (host callbacks, `memrefCopy`, GEMM).
+/// All runtime symbols compiled code may call (host callbacks, `memrefCopy`, GEMM, the
+/// heap allocation functions of `memref.alloc`/`dealloc`).
 pub(crate) fn runtime_symbols() -> Vec<(String, *mut c_void)> {
-    callbacks::symbols().into_iter().chain(memcpy::symbols()).chain(gemm::symbols()).collect()
+    callbacks::symbols().into_iter().chain(memcpy::symbols()).chain(gemm::symbols()).chain(alloc::symbols()).collect()
 }
 
 /// An executable for `module` whose native code is `object` (a persistent compilation

@@ -280,7 +280,7 @@ fn lock_pool() -> std::sync::MutexGuard<'static, Pool> {
 /// The allocation size for a request of `len` bytes: `len` itself below
 /// `POOL_MIN_BYTES`, else the next of 4 size classes per power of two (≤ 25 % slack,
 /// a multiple of 4 KiB), so outputs of nearly equal sizes share buffers.
-fn size_class(len: usize) -> usize {
+pub(crate) fn size_class(len: usize) -> usize {
     if len < POOL_MIN_BYTES {
         return len;
     }
@@ -338,7 +338,7 @@ fn small_layout(class: usize) -> Layout {
 /// large and a freed buffer of that class is kept, else from the system allocator.
 /// Returns the allocation's start, the `BUFFER_ALIGN`-aligned data pointer and whether
 /// the contents are known to be zero.
-fn alloc_raw(class: usize, zeroed: bool) -> (*mut u8, *mut u8, bool) {
+pub(crate) fn alloc_raw(class: usize, zeroed: bool) -> (*mut u8, *mut u8, bool) {
     if class < POOL_MIN_BYTES {
         let layout = small_layout(class);
         // SAFETY: non-zero size, valid alignment.
@@ -372,7 +372,7 @@ fn alloc_raw(class: usize, zeroed: bool) -> (*mut u8, *mut u8, bool) {
 
 /// Returns an allocation (its start) of `class` bytes to the pool, or to the system when
 /// it is small or the pool is full.
-fn free_raw(base: *mut u8, class: usize) {
+pub(crate) fn free_raw(base: *mut u8, class: usize) {
     if class < POOL_MIN_BYTES {
         // SAFETY: allocated by `alloc_raw` with `small_layout(class)`.
         unsafe { dealloc(base, small_layout(class)) };

@@ -3,7 +3,7 @@
 //! grad of `/work/shared/bench/jax_bench.py`, and small square matmuls for choosing the
 //! GEMM-runtime threshold. Prints one line per case: GFLOP/s (or ms) min / median.
 //!
-//! Usage: `gemm_probe [raw|rawcmp|shapes|big|bmm|mlp|conv|small|ir|mlpir|mlpgrad|gradp|trainp|gradpir|trainpir]...` (default: all but ir, mlpir, mlpgrad, rawcmp, shapes and the bench's MLP cases gradp/trainp(ir); raw calls
+//! Usage: `gemm_probe [raw|rawcmp|shapes|big|bmm|mlp|conv|small|ir|mlpir|mlpgrad|gradp|trainp|gradpir|trainpir|gradpjaxpr|trainpjaxpr|gradplow|trainplow]...` (default: all but ir, mlpir, mlpgrad, rawcmp, shapes and the bench's MLP cases gradp/trainp(ir); raw calls
 //! matrixmultiply directly, rawcmp compares matrixmultiply with the `gemm` crate the runtime
 //! uses, on square products and batches, looped and split over two threads; ir prints the optimized module of matmul 256). Run it once as is and once
 //! with `JAXREPL_GEMM_MIN_FLOPS=18446744073709551615` (every product in MLIR loops) or
@@ -79,7 +79,7 @@ fn gflops(name: &str, flops: f64, (min, med): (f64, f64)) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let want = |s: &str| (args.is_empty() && !matches!(s, "ir" | "mlpir" | "mlpgrad" | "rawcmp" | "gradp" | "trainp" | "gradpir" | "trainpir" | "shapes")) || args.iter().any(|a| a == s);
+    let want = |s: &str| (args.is_empty() && !matches!(s, "ir" | "mlpir" | "mlpgrad" | "rawcmp" | "gradp" | "trainp" | "gradpir" | "trainpir" | "gradpjaxpr" | "trainpjaxpr" | "gradplow" | "trainplow" | "shapes")) || args.iter().any(|a| a == s);
     let mm = jit(|(a, b): (Array, Array)| a.matmul(&b));
     if want("ir") {
         let (a, b) = (normal(&[256, 256], 1, 1.0), normal(&[256, 256], 2, 1.0));
@@ -139,7 +139,7 @@ fn main() {
     if want("shapes") {
         shapes();
     }
-    if want("gradp") || want("trainp") || want("gradpir") || want("trainpir") {
+    if ["gradp", "trainp", "gradpir", "trainpir", "gradpjaxpr", "trainpjaxpr", "gradplow", "trainplow"].iter().any(|m| want(m)) {
         bench_mlp(&want);
     }
     if want("mlp") || want("mlpir") || want("mlpgrad") {
@@ -257,7 +257,8 @@ fn fwd(p: &[(Array, Array)], x: &Array) -> Array {
 
 /// The MLP grad and training step exactly as `bench.rs` runs them (gradient with respect
 /// to the parameters only; `p - 0.01·g`), steady state of the optimised tier: `gradp`,
-/// `trainp` time them (ms); `gradpir`, `trainpir` print the optimized module.
+/// `trainp` time them (ms); `gradpir`, `trainpir` print the optimized module, `gradpjaxpr`,
+/// `trainpjaxpr` the jaxpr, `gradplow`, `trainplow` the lowered (tensor-level) module.
 fn bench_mlp(want: &dyn Fn(&str) -> bool) {
     type Params = Vec<(Array, Array)>;
     let (params, x, y) = mlp_inputs();
@@ -273,6 +274,12 @@ fn bench_mlp(want: &dyn Fn(&str) -> bool) {
         p.iter().zip(&gr).map(|((w, b), (gw, gb))| (w - &(gw * 0.01), b - &(gb * 0.01))).collect::<Params>()
     });
     for (name, f) in [("gradp", &gj), ("trainp", &tj)] {
+        if want(&format!("{name}jaxpr")) {
+            println!("{}", f.trace((&params, &x, &y)).unwrap().jaxpr());
+        }
+        if want(&format!("{name}low")) {
+            println!("{}", f.lower((&params, &x, &y)).unwrap().as_text());
+        }
         let c = f.lower((&params, &x, &y)).unwrap().compile().unwrap();
         if want(&format!("{name}ir")) {
             println!("{}", c.as_text());
