@@ -127,3 +127,30 @@ fn large_conv_gradients_match_finite_differences() {
         assert!((dw[i] - fd).abs() <= 1e-6 * (1.0 + fd.abs()), "d/dw[{i}]: {} vs {fd}", dw[i]);
     }
 }
+
+#[test]
+fn f64_update_fused_into_the_gemm() {
+    // `w - 0.3·(a @ b)` through `jaxrepl_gemm_acc_f64` (`lower::dot_updates`), and with a
+    // 0-d f64 factor argument.
+    config::update("jax_enable_x64", true).unwrap();
+    let (m, k, n) = (40, 36, 30);
+    let (av, bv, wv) = (vals(m * k, 0.29), vals(k * n, 0.53), vals(m * n, 0.91));
+    let a = Array::from_vec(av.clone(), &[m, k]).unwrap();
+    let b = Array::from_vec(bv.clone(), &[k, n]).unwrap();
+    let w = Array::from_vec(wv.clone(), &[m, n]).unwrap();
+    let mut p = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            p[i * n + j] = (0..k).map(|t| av[i * k + t] * bv[t * n + j]).sum();
+        }
+    }
+    let f = jit(|(w, a, b): (Array, Array, Array)| w - a.matmul(&b) * 0.3);
+    assert!(f.lower((&w, &a, &b)).unwrap().as_text().contains("call @jaxrepl_gemm_acc_f64"));
+    let want: Vec<f64> = wv.iter().zip(&p).map(|(w, p)| w - 0.3 * p).collect();
+    assert_close(&f.call((&w, &a, &b)).unwrap().to_vec::<f64>().unwrap(), &want, 1e-13, "f64 w - 0.3*(a@b)");
+    let c = Array::scalar(-1.75f64);
+    let g = jit(|(w, a, b, c): (Array, Array, Array, Array)| w + c * a.matmul(&b));
+    assert!(g.lower((&w, &a, &b, &c)).unwrap().as_text().contains("call @jaxrepl_gemm_acc_f64"));
+    let want: Vec<f64> = wv.iter().zip(&p).map(|(w, p)| w - 1.75 * p).collect();
+    assert_close(&g.call((&w, &a, &b, &c)).unwrap().to_vec::<f64>().unwrap(), &want, 1e-13, "f64 w + c*(a@b)");
+}

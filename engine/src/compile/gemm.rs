@@ -17,6 +17,15 @@
 //! units, each a single-threaded `gemm` call, run on the calling thread and rayon's in
 //! one fork/join — no synchronisation inside a product.
 //!
+//! `jaxrepl_gemm_acc_f32`/`_f64` take a fourth memref, `init` (the output's shape, or one
+//! row of `n` repeated over the batch and rows: a bias), and a trailing scalar `beta` of the
+//! element type: `out = init + beta·lhs·rhs`, the update
+//! `w - lr·dot(..)` (or a residual `x + dot(..)`) that the lowering fuses into the product
+//! (`lower::dot_updates`). Each unit first copies its panel of `init` into `out` (skipped
+//! when both are the same buffer) and then lets `gemm` accumulate into it (`read_dst`,
+//! α = 1), so the update costs no separate pass over memory and `init`'s panel is copied
+//! while the unit's thread is about to read it anyway.
+//!
 //! Invariants: the operand descriptors are contiguous row-major (the lowering asks for
 //! identity-layout memrefs; a descriptor that is not is reported as an execution `Error`
 //! through [`super::callbacks`] and the output left zero); nothing unwinds into compiled
@@ -50,18 +59,38 @@ impl Elem for f64 {
     const ONE: f64 = 1.0;
 }
 
-/// `c = a·b` for an `m×k` matrix `a` with element strides (`rsa`, `csa`), a `k×n` matrix
-/// `b` likewise, into the `m×n` matrix `c` with row stride `ldc` (column stride 1; not
-/// read), on `threads` threads (1: this one, else `gemm`'s own rayon threading).
+/// `c = a·b` (`beta` None) or `c += beta·a·b` for an `m×k` matrix `a` with element
+/// strides (`rsa`, `csa`), a `k×n` matrix `b` likewise, into the `m×n` matrix `c` with row
+/// stride `ldc` (column stride 1; read only with a `beta`), on `threads` threads (1: this
+/// one, else `gemm`'s own rayon threading).
 ///
 /// # Safety
 /// The pointers and strides describe valid, non-overlapping matrices.
 #[allow(clippy::too_many_arguments)]
-unsafe fn product<T: Elem>(m: usize, k: usize, n: usize, a: *const T, rsa: isize, csa: isize, b: *const T, rsb: isize, csb: isize, c: *mut T, ldc: usize, threads: usize) {
+unsafe fn product<T: Elem>(m: usize, k: usize, n: usize, a: *const T, rsa: isize, csa: isize, b: *const T, rsb: isize, csb: isize, c: *mut T, ldc: usize, threads: usize, beta: Option<T>) {
     let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let (read, alpha, beta) = match beta {
+        None => (false, T::ZERO, T::ONE),
+        Some(b) => (true, T::ONE, b),
+    };
     // SAFETY: forwarded caller contract. `gemm` computes dst = α·dst + β·lhs·rhs and does
     // not read dst when `read_dst` is false.
-    unsafe { gemm::gemm(m, n, k, c, 1, ldc as isize, false, a, csa, rsa, b, csb, rsb, T::ZERO, T::ONE, false, false, false, par) }
+    unsafe { gemm::gemm(m, n, k, c, 1, ldc as isize, read, a, csa, rsa, b, csb, rsb, alpha, beta, false, false, false, par) }
+}
+
+/// Copies the `rows × cols` block at `src` (row stride `lds`; 0 repeats one row) to `dst`
+/// (row stride `ldd`), nothing when they are the same block.
+///
+/// # Safety
+/// Both blocks are valid and either identical or disjoint.
+unsafe fn copy_block<T: Copy>(src: *const T, lds: usize, dst: *mut T, ldd: usize, rows: usize, cols: usize) {
+    if std::ptr::eq(src, dst) && lds == ldd {
+        return;
+    }
+    for r in 0..rows {
+        // SAFETY: caller contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(r * lds), dst.add(r * ldd), cols) };
+    }
 }
 
 /// A raw pointer that may cross to the worker threads (each writes its own panels).
@@ -181,9 +210,11 @@ fn legacy_plan() -> bool {
     *LEGACY.get_or_init(|| std::env::var("JAXREPL_GEMM_PANELS").is_ok_and(|v| v.trim() == "0"))
 }
 
-/// `out[p] = lhs[p] · rhs[p]` for every batch `p`, as described in the module docs.
-fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]) {
-    let result = std::panic::catch_unwind(|| {
+/// `out[p] = lhs[p] · rhs[p]` for every batch `p`, or with `acc` = (`init` descriptor,
+/// `beta`) `out[p] = init[p] + beta·lhs[p]·rhs[p]`, as described in the module docs.
+fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6], acc: Option<((i64, *const i64), T)>) {
+    // (Plain numbers and pointers are captured: nothing is left half-updated on a panic.)
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: compiled code passes live descriptors of its three memrefs.
         let (a, _) = unsafe { contiguous::<T>(descs[0].0, descs[0].1) }?;
         // SAFETY: as above.
@@ -194,12 +225,29 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
         if nb * m * n != len {
             return Err(format!("GEMM output holds {len} elements, not {nb}·{m}·{n}"));
         }
+        let init = match acc {
+            Some((d, beta)) => {
+                // SAFETY: as above.
+                let (p, ilen) = unsafe { contiguous::<T>(d.0, d.1) }?;
+                // The whole output's values, or one row of `n` (a bias) repeated.
+                let rows = ilen != len;
+                if rows && ilen != n {
+                    return Err(format!("GEMM update's initial value holds {ilen} elements, not {len} or {n}"));
+                }
+                Some((Ptr(p), beta, rows))
+            }
+            None => None,
+        };
         if len == 0 {
             return Ok(());
         }
         if k == 0 {
-            // SAFETY: `c` holds `len` elements.
-            unsafe { std::slice::from_raw_parts_mut(c, len) }.fill(T::ZERO);
+            match init {
+                // SAFETY: `c` holds nb·m rows of `n`, `i` as many or one.
+                Some((i, _, rows)) => unsafe { copy_block(i.get(), if rows { 0 } else { n }, c, n, nb * m, n) },
+                // SAFETY: `c` holds `len` elements.
+                None => unsafe { std::slice::from_raw_parts_mut(c, len) }.fill(T::ZERO),
+            }
             return Ok(());
         }
         let [abs, ars, acs, bbs, brs, bcs] = strides.map(|x| x as isize);
@@ -214,14 +262,24 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
                 return;
             }
             let (a0, b0, c0) = (p as isize * abs, p as isize * bbs, p * m * n);
+            // This unit's block of the output: first row and column, rows, columns.
+            let (row0, col0, rows, cols) = if pl.by_rows { (lo, 0, hi - lo, n) } else { (0, lo, m, hi - lo) };
+            let at = c0 + row0 * n + col0;
             // SAFETY: the lowering computed these strides from the operands' shapes, so
             // every index stays inside them; each (batch, panel) of the output is written
-            // only here.
+            // only here, and `init` has the output's layout (the same buffer or another)
+            // or is one row of it.
             unsafe {
+                match init {
+                    Some((i, _, false)) => copy_block(i.get().add(at), n, c.get().add(at), n, rows, cols),
+                    Some((i, _, true)) => copy_block(i.get().add(col0), 0, c.get().add(at), n, rows, cols),
+                    None => {}
+                }
+                let beta = init.map(|(_, b, _)| b);
                 if pl.by_rows {
-                    product(hi - lo, k, n, a.get().offset(a0 + lo as isize * ars), ars, acs, b.get().offset(b0), brs, bcs, c.get().add(c0 + lo * n), n, pl.inner)
+                    product(rows, k, n, a.get().offset(a0 + lo as isize * ars), ars, acs, b.get().offset(b0), brs, bcs, c.get().add(at), n, pl.inner, beta)
                 } else {
-                    product(m, k, hi - lo, a.get().offset(a0), ars, acs, b.get().offset(b0 + lo as isize * bcs), brs, bcs, c.get().add(c0 + lo), n, pl.inner)
+                    product(m, k, cols, a.get().offset(a0), ars, acs, b.get().offset(b0 + lo as isize * bcs), brs, bcs, c.get().add(at), n, pl.inner, beta)
                 }
             }
         };
@@ -232,7 +290,7 @@ fn run<T: Elem>(descs: [(i64, *const i64); 3], dims: [i64; 4], strides: [i64; 6]
             claim_units(units, pl.workers, unit)?;
         }
         Ok(())
-    });
+    }));
     match result {
         Ok(Ok(())) => {}
         Ok(Err(msg)) => super::callbacks::fail(msg),
@@ -372,18 +430,35 @@ macro_rules! gemm_symbol {
             b: i64, m: i64, n: i64, k: i64,
             lbs: i64, lrs: i64, lcs: i64, rbs: i64, rrs: i64, rcs: i64,
         ) {
-            run::<$t>([(lr, ld), (rr, rd), (or, od)], [b, m, n, k], [lbs, lrs, lcs, rbs, rrs, rcs])
+            run::<$t>([(lr, ld), (rr, rd), (or, od)], [b, m, n, k], [lbs, lrs, lcs, rbs, rrs, rcs], None)
+        }
+    };
+}
+
+macro_rules! gemm_acc_symbol {
+    ($f:ident, $t:ty) => {
+        #[allow(clippy::too_many_arguments)]
+        extern "C" fn $f(
+            lr: i64, ld: *const i64, rr: i64, rd: *const i64, or: i64, od: *const i64, ir: i64, id: *const i64,
+            b: i64, m: i64, n: i64, k: i64,
+            lbs: i64, lrs: i64, lcs: i64, rbs: i64, rrs: i64, rcs: i64, beta: $t,
+        ) {
+            run::<$t>([(lr, ld), (rr, rd), (or, od)], [b, m, n, k], [lbs, lrs, lcs, rbs, rrs, rcs], Some(((ir, id), beta)))
         }
     };
 }
 
 gemm_symbol!(gemm_f32, f32);
 gemm_symbol!(gemm_f64, f64);
+gemm_acc_symbol!(gemm_acc_f32, f32);
+gemm_acc_symbol!(gemm_acc_f64, f64);
 
 /// The symbols to register with every ExecutionEngine.
 pub(crate) fn symbols() -> Vec<(String, *mut c_void)> {
     vec![
         ("jaxrepl_gemm_f32".into(), gemm_f32 as *const () as *mut c_void),
         ("jaxrepl_gemm_f64".into(), gemm_f64 as *const () as *mut c_void),
+        ("jaxrepl_gemm_acc_f32".into(), gemm_acc_f32 as *const () as *mut c_void),
+        ("jaxrepl_gemm_acc_f64".into(), gemm_acc_f64 as *const () as *mut c_void),
     ]
 }

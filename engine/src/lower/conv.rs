@@ -198,7 +198,7 @@ impl Lowerer {
         let mut rshape = vec![g, bsz];
         rshape.extend(&osz);
         rshape.push(pg);
-        let r = self.dot_gemm(&patches, &w, &ShapedArray::new(&rshape, out.dtype), lg, rg)?;
+        let r = self.dot_gemm(&patches, &w, &ShapedArray::new(&rshape, out.dtype), lg, rg, None)?;
         // [G, B, OS…, PG] -> out layout, with (G, PG) adjacent at the feature position.
         let mut perm = vec![];
         for i in 0..n {

@@ -114,6 +114,7 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
         manual: vec![],
         next_arg: j.invars.len(),
         channels: 0,
+        dot_updates: HashMap::new(),
     };
     let args: Vec<Val> = j.invars.iter().enumerate().map(|(i, v)| Val::T(format!("%arg{i}"), v.aval.clone())).collect();
     let outs = l.body(j, &jaxpr.consts, args)?;
@@ -213,7 +214,159 @@ pub(crate) struct Lowerer {
     next_arg: usize,
     /// Collective channel handles handed out (`manual.rs`).
     channels: usize,
+    /// The body being lowered: `w ± c·dot(a, b)` updates computed by one GEMM call, by
+    /// the update's output variable id ([`dot_updates`]).
+    dot_updates: HashMap<u32, DotUpdate>,
 }
+
+/// `init ± scale·dot_general(..)` lowered as one call of the GEMM runtime that accumulates
+/// into a copy of `init` (`jaxrepl_gemm_acc_*`, see [`Lowerer::dot_gemm`]).
+#[derive(Clone, Debug)]
+pub(crate) struct DotUpdate {
+    /// The `dot_general` equation (its result is read only by this update).
+    dot: Eqn,
+    /// The value updated (`w`): the result's shape and dtype, or its trailing (rhs free)
+    /// dims only, a row repeated over the others (a bias).
+    init: Atom,
+    /// The 0-d factor of the product (`c`), or none for `w ± dot`.
+    scale: Option<Atom>,
+    /// `w - …` (true) or `w + …`.
+    negate: bool,
+}
+
+/// The initial value of an update of `out` (the result of `dot`): `init` itself, or, when
+/// `init` is a single-use `broadcast_in_dim` of a value shaped like the dot's trailing
+/// rhs-free dims (a bias `h @ w + b`), that value and the broadcast's equation index.
+/// `None`: `init` is some other broadcast (materialising it would cost what the fusion
+/// saves).
+fn update_init(eqns: &[Eqn], dot: &Eqn, init: &Atom, out: &ShapedArray, single: &dyn Fn(&Atom) -> Option<usize>) -> Option<(Atom, Option<usize>)> {
+    let Some(b) = single(init) else { return Some((init.clone(), None)) };
+    let Primitive::BroadcastInDim { broadcast_dimensions, .. } = &eqns[b].primitive else { return Some((init.clone(), None)) };
+    let [Atom::Var(s)] = eqns[b].inputs.as_slice() else { return None };
+    let Primitive::DotGeneral { rhs_contracting, rhs_batch, .. } = &dot.primitive else { return None };
+    let rnd = match dot.inputs.get(1) {
+        Some(Atom::Var(r)) => r.aval.ndim(),
+        _ => return None,
+    };
+    let nr = rnd.checked_sub(rhs_contracting.len() + rhs_batch.len())?;
+    let nd = out.ndim();
+    let tail = nd.checked_sub(nr)?;
+    let rows = nr >= 1
+        && s.aval.dtype == out.dtype
+        && s.aval.shape == out.shape[tail..]
+        && broadcast_dimensions.iter().copied().eq(tail..nd);
+    rows.then(|| (Atom::Var(s.clone()), Some(b)))
+}
+
+/// The updates `w - c·d`, `w + c·d`, `c·d + w`, `w - d`, `w + d` (also with `d·c`, and `c`
+/// a 0-d literal or variable, possibly broadcast by a `broadcast_in_dim`; `w` possibly a
+/// broadcast row, a bias: [`update_init`]) of `eqns` whose
+/// `d` is a `dot_general` through the GEMM runtime ([`structured::gemm_eligible`]) read
+/// only by that update, as is the product `c·d`: the SGD step `w - lr·grad` after AD's
+/// weight-gradient product, or a residual `x + h @ w`. The GEMM crate computes
+/// `dst = α·dst + β·a·b`, so the update costs no pass of its own over memory: the runtime
+/// copies `w` into the result panel by panel and accumulates the product into it. Returns
+/// the updates by output variable id and the equations they absorb (the dots, products
+/// and broadcasts; the update itself is lowered in the place of its equation). Equations
+/// in `dead` are ignored.
+fn dot_updates(eqns: &[Eqn], outvars: &[Atom], dead: &HashSet<usize>) -> (HashMap<u32, DotUpdate>, HashSet<usize>) {
+    let mut updates = HashMap::new();
+    let mut absorbed = HashSet::new();
+    let mut uses: HashMap<u32, usize> = HashMap::new();
+    let live = eqns.iter().enumerate().filter(|(i, _)| !dead.contains(i)).map(|(_, e)| e);
+    for a in live.clone().flat_map(|e| e.inputs.iter()).chain(outvars.iter()) {
+        if let Atom::Var(v) = a {
+            *uses.entry(v.id).or_default() += 1;
+        }
+    }
+    let mut producer: HashMap<u32, usize> = HashMap::new();
+    for (i, e) in eqns.iter().enumerate() {
+        if !dead.contains(&i) {
+            for o in &e.outputs {
+                producer.insert(o.id, i);
+            }
+        }
+    }
+    // The single-use equation producing `a`, if any.
+    let single = |a: &Atom| -> Option<usize> {
+        match a {
+            Atom::Var(v) if uses.get(&v.id) == Some(&1) => producer.get(&v.id).copied(),
+            _ => None,
+        }
+    };
+    let is_scalar = |a: &Atom| match a {
+        Atom::Var(v) => v.aval.ndim() == 0 && v.aval.dtype.is_float(),
+        Atom::Lit(l) => l.aval.ndim() == 0 && l.aval.dtype.is_float(),
+    };
+    // A GEMM `dot_general` equation producing `a` (read once), with the update's aval.
+    let gemm_dot = |a: &Atom, out: &ShapedArray| -> Option<usize> {
+        let i = single(a)?;
+        let e = &eqns[i];
+        let Primitive::DotGeneral { lhs_contracting, precision, .. } = &e.primitive else { return None };
+        let plain = matches!(precision.or_else(crate::lax::precision::default_matmul_precision), None | Some(crate::ir::DotPrecision::Levels(..)));
+        let (Some(Atom::Var(l)), Some(Atom::Var(r)), [o]) = (e.inputs.first(), e.inputs.get(1), e.outputs.as_slice()) else { return None };
+        let ok = plain
+            && matches!(out.dtype, DType::F32 | DType::F64)
+            && e.inputs.len() == 2
+            && o.aval.shape == out.shape
+            && o.aval.dtype == out.dtype
+            && structured::gemm_eligible(&l.aval, &r.aval, &o.aval, lhs_contracting);
+        ok.then_some(i)
+    };
+    for (i, e) in eqns.iter().enumerate() {
+        if dead.contains(&i) {
+            continue;
+        }
+        let negate = match e.primitive {
+            Primitive::Sub => true,
+            Primitive::Add => false,
+            _ => continue,
+        };
+        let ([x, y], [o]) = (e.inputs.as_slice(), e.outputs.as_slice()) else { continue };
+        let orders: &[(&Atom, &Atom)] = if negate { &[(x, y)] } else { &[(x, y), (y, x)] };
+        for &(init, t) in orders {
+            let init_ok = matches!(init, Atom::Var(v) if v.aval.shape == o.aval.shape && v.aval.dtype == o.aval.dtype);
+            if !init_ok {
+                continue;
+            }
+            // `t` is the dot itself, or `c·d` / `d·c`.
+            if let Some(d) = gemm_dot(t, &o.aval) {
+                let Some((init, bcast)) = update_init(eqns, &eqns[d], init, &o.aval, &single) else { continue };
+                absorbed.extend([d].into_iter().chain(bcast));
+                updates.insert(o.id, DotUpdate { dot: eqns[d].clone(), init, scale: None, negate });
+                break;
+            }
+            let Some(m) = single(t) else { continue };
+            let me = &eqns[m];
+            let (Primitive::Mul, [p, q]) = (&me.primitive, me.inputs.as_slice()) else { continue };
+            let mut found = None;
+            for (dv, cv) in [(p, q), (q, p)] {
+                let Some(d) = gemm_dot(dv, &o.aval) else { continue };
+                if is_scalar(cv) {
+                    found = Some((d, cv.clone(), None));
+                    break;
+                }
+                // A 0-d value broadcast to the product's shape.
+                if let Some(b) = single(cv) {
+                    if let (Primitive::BroadcastInDim { .. }, [s]) = (&eqns[b].primitive, eqns[b].inputs.as_slice()) {
+                        if is_scalar(s) {
+                            found = Some((d, s.clone(), Some(b)));
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some((d, c, b)) = found {
+                let Some((init, bcast)) = update_init(eqns, &eqns[d], init, &o.aval, &single) else { continue };
+                absorbed.extend([d, m].into_iter().chain(b).chain(bcast));
+                updates.insert(o.id, DotUpdate { dot: eqns[d].clone(), init, scale: Some(c), negate });
+                break;
+            }
+        }
+    }
+    (updates, absorbed)
+}
+
 
 /// The equations of `j` with every `transpose` that only swaps the two free-dim groups of
 /// a `dot_general` result used nowhere else folded into that `dot_general` (operands and
@@ -368,12 +521,20 @@ impl Lowerer {
         // removes dead tensor ops itself, but not the calls of the GEMM runtime or a
         // `pure_callback` (AD's cotangent of a closed-over input is such a product).
         let dead = dead_equations(eqns, &j.outvars);
-        for (i, eq) in eqns.iter().enumerate() {
-            if dead.contains(&i) {
-                continue;
+        let (updates, absorbed) = dot_updates(eqns, &j.outvars, &dead);
+        let outer = std::mem::replace(&mut self.dot_updates, updates);
+        let mut lower = || -> Result<(), Error> {
+            for (i, eq) in eqns.iter().enumerate() {
+                if dead.contains(&i) || absorbed.contains(&i) {
+                    continue;
+                }
+                self.eqn(eq, &mut env).map_err(|e| e.at(eq.source.clone()))?;
             }
-            self.eqn(eq, &mut env).map_err(|e| e.at(eq.source.clone()))?;
-        }
+            Ok(())
+        };
+        let r = lower();
+        self.dot_updates = outer;
+        r?;
         j.outvars.iter().map(|a| self.atom(a, &env)).collect()
     }
 
@@ -428,7 +589,15 @@ impl Lowerer {
     }
 
     fn eqn(&mut self, eq: &Eqn, env: &mut HashMap<u32, Val>) -> Result<(), Error> {
-        let ins: Vec<Val> = eq.inputs.iter().map(|a| self.atom(a, env)).collect::<Result<_, _>>()?;
+        let update = match eq.outputs.as_slice() {
+            [o] => self.dot_updates.remove(&o.id),
+            _ => None,
+        };
+        // The update's own inputs include the absorbed product, which has no value.
+        let ins: Vec<Val> = match &update {
+            Some(_) => vec![],
+            None => eq.inputs.iter().map(|a| self.atom(a, env)).collect::<Result<_, _>>()?,
+        };
         // `jax.named_scope`: this equation's ops are located at `jit(f)/scope/prim` (equations
         // without a scope inside a scoped call keep the caller's location). Op metadata
         // (`set_xla_metadata`) is the metadata of a fused location around that name
@@ -447,6 +616,7 @@ impl Lowerer {
             });
         }
         let outs = match &eq.primitive {
+            _ if update.is_some() => vec![self.dot_update(update.as_ref().expect("update"), &eq.outputs[0].aval.strong(), env)?],
             Primitive::DebugCallback { callback, .. } => {
                 self.callback(*callback, &ins)?;
                 vec![]

@@ -373,12 +373,10 @@ impl Lowerer {
         }
         let d = out.dtype;
         let c = compute_dtype(d);
-        let k: usize = lc.iter().map(|&i| la.shape[i]).product();
-        let flops = out.size().saturating_mul(k);
-        if matches!(c, DType::F32 | DType::F64) && la.dtype.is_float() && ra.dtype.is_float() && flops >= gemm_min_flops() {
+        if gemm_eligible(&la, &ra, out, lc) {
             let lg = [lb.clone(), lfree.clone(), lc.clone()];
             let rg = [rb.clone(), rc.clone(), rfree.clone()];
-            return self.dot_gemm(lhs, rhs, out, lg, rg);
+            return self.dot_gemm(lhs, rhs, out, lg, rg, None);
         }
         let (lt, rt) = (self.tensor(lhs), self.tensor(rhs));
         let acc = ShapedArray::new(&out.shape, c);
@@ -438,6 +436,49 @@ impl Lowerer {
         self.cast_tensor(&Val::T(res, acc), d)
     }
 
+    /// `init ± scale·dot_general(..)` ([`super::DotUpdate`], found by
+    /// [`super::dot_updates`]): one call of `jaxrepl_gemm_acc_*`, which writes `init` into
+    /// the result and accumulates `β·lhs·rhs` into it, `β = ±scale` (±1 without a scale).
+    /// `out` is the update's aval (the dot's). Errors: a malformed dot (as [`Lowerer::dot`]).
+    pub(super) fn dot_update(&mut self, u: &super::DotUpdate, out: &ShapedArray, env: &std::collections::HashMap<u32, Val>) -> Result<Val, Error> {
+        let Primitive::DotGeneral { lhs_contracting: lc, rhs_contracting: rc, lhs_batch: lb, rhs_batch: rb, .. } = &u.dot.primitive else {
+            return Err(malformed("a fused update without its dot_general".into()));
+        };
+        let (lhs, rhs) = (self.atom(&u.dot.inputs[0], env)?, self.atom(&u.dot.inputs[1], env)?);
+        let init = self.atom(&u.init, env)?;
+        let (la, ra) = (lhs.aval().clone(), rhs.aval().clone());
+        let ok = lc.len() == rc.len()
+            && lb.len() == rb.len()
+            && lc.iter().chain(lb).all(|&i| i < la.ndim())
+            && rc.iter().chain(rb).all(|&i| i < ra.ndim())
+            && lc.iter().zip(rc).chain(lb.iter().zip(rb)).all(|(&l, &r)| la.shape[l] == ra.shape[r])
+            && (init.aval().shape == out.shape || out.shape.ends_with(&init.aval().shape))
+            && init.aval().dtype == out.dtype;
+        if !ok {
+            return Err(malformed(format!("update of {} by dot_general of {} and {}", init.aval().short(), la.short(), ra.short())));
+        }
+        let c = compute_dtype(out.dtype);
+        let t = c.mlir();
+        let beta = match &u.scale {
+            None => self.e.scalar_const(&super::emit::float_lit(1.0, c), c),
+            Some(a) => {
+                let v = self.atom(a, env)?;
+                let sd = v.aval().dtype;
+                let s = match &v {
+                    Val::S(n, _) => n.clone(),
+                    Val::T(n, a) => self.e.op(&format!("tensor.extract {n}[] : {}", a.mlir_tensor())),
+                };
+                scalar::convert(&mut self.e, &s, sd, c)
+            }
+        };
+        let beta = if u.negate { self.e.op(&format!("arith.negf {beta} : {t}")) } else { beta };
+        let lfree: Vec<usize> = (0..la.ndim()).filter(|i| !lc.contains(i) && !lb.contains(i)).collect();
+        let rfree: Vec<usize> = (0..ra.ndim()).filter(|i| !rc.contains(i) && !rb.contains(i)).collect();
+        let lg = [lb.clone(), lfree, lc.clone()];
+        let rg = [rb.clone(), rc.clone(), rfree];
+        self.dot_gemm(&lhs, &rhs, out, lg, rg, Some((&init, &beta)))
+    }
+
     /// A `dot_general` through the GEMM runtime (`compile::gemm`). `lg` groups the lhs dims
     /// as [batch, free, contracting], `rg` the rhs dims as [batch, contracting, free] (free
     /// dims ascending, batch and contracting dims paired by position). Operands are
@@ -445,8 +486,11 @@ impl Lowerer {
     /// one strided dim of its row-major layout is first transposed into group order (so
     /// plain and transposed 2-D operands cost no copy). Emits `bufferization.to_buffer …
     /// read_only` for the operands, a `memref.alloc` for the `[batch…, m…, n…]` result,
-    /// the call, and `bufferization.to_tensor … restrict writable`.
-    pub(super) fn dot_gemm(&mut self, lhs: &Val, rhs: &Val, out: &ShapedArray, lg: [Vec<usize>; 3], rg: [Vec<usize>; 3]) -> Result<Val, Error> {
+    /// the call, and `bufferization.to_tensor … restrict writable`. With `update` = (`init`, a
+    /// compute-dtype scalar SSA value `β`), an update `init + β·lhs·rhs` instead
+    /// (`jaxrepl_gemm_acc_*`; `init` has `out`'s dtype, which is its compute dtype, and its
+    /// shape or its trailing rhs-free dims, a row repeated over the others).
+    pub(super) fn dot_gemm(&mut self, lhs: &Val, rhs: &Val, out: &ShapedArray, lg: [Vec<usize>; 3], rg: [Vec<usize>; 3], update: Option<(&Val, &str)>) -> Result<Val, Error> {
         let d = out.dtype;
         let c = compute_dtype(d);
         let (lhs, rhs) = (self.cast_tensor(lhs, c)?, self.cast_tensor(rhs, c)?);
@@ -456,11 +500,15 @@ impl Lowerer {
         let (la, ra) = (lhs.0.aval().clone(), rhs.0.aval().clone());
         let (b, m, k, n) = (size(&la, &lhs.1[0]), size(&la, &lhs.1[1]), size(&la, &lhs.1[2]), size(&ra, &rhs.1[2]));
         let el = c.mlir();
-        let sym = format!("jaxrepl_gemm_{}", c.short_name());
         let um = format!("memref<*x{el}>");
-        self.decls.insert(format!("func.func private @{sym}({um}, {um}, {um}{})", ", i64".repeat(10)));
+        let (sym, sig) = match update {
+            None => (format!("jaxrepl_gemm_{}", c.short_name()), format!("{um}, {um}, {um}{}", ", i64".repeat(10))),
+            Some(_) => (format!("jaxrepl_gemm_acc_{}", c.short_name()), format!("{um}, {um}, {um}, {um}{}, {el}", ", i64".repeat(10))),
+        };
+        self.decls.insert(format!("func.func private @{sym}({sig})"));
         let mut args = vec![];
-        for a in [&lhs.0, &rhs.0] {
+        let init = update.map(|(v, _)| v.clone());
+        for a in [&lhs.0, &rhs.0].into_iter().chain(init.as_ref()) {
             let av = a.aval().clone();
             let t = self.tensor(a);
             let (tt, mt) = (av.mlir_tensor(), memref_of(&av.mlir_tensor()));
@@ -470,11 +518,16 @@ impl Lowerer {
         let acc = ShapedArray::new(&out.shape, c);
         let (at, amt) = (acc.mlir_tensor(), memref_of(&acc.mlir_tensor()));
         let om = self.e.op(&format!("memref.alloc() {{alignment = 64 : i64}} : {amt}"));
-        args.push(self.e.op(&format!("memref.cast {om} : {amt} to {um}")));
+        let om_cast = self.e.op(&format!("memref.cast {om} : {amt} to {um}"));
+        // Operand order: lhs, rhs, out[, init].
+        args.insert(2, om_cast);
         for v in [b, m, n, k].iter().map(|&x| x as i64).chain(ls).chain(rs) {
             args.push(self.e.scalar_const(&v.to_string(), DType::I64));
         }
-        self.e.line(&format!("func.call @{sym}({}) : ({um}, {um}, {um}{}) -> ()", args.join(", "), ", i64".repeat(10)));
+        if let Some((_, beta)) = update {
+            args.push(beta.to_string());
+        }
+        self.e.line(&format!("func.call @{sym}({}) : ({sig}) -> ()", args.join(", ")));
         let r = self.e.op(&format!("bufferization.to_tensor {om} restrict writable : {amt} to {at}"));
         self.cast_tensor(&Val::T(r, acc), d)
     }
@@ -576,6 +629,16 @@ pub const REDUCE_SPLIT_PARTS: usize = 16;
 pub(crate) const GEMM_MIN_FLOPS: usize = 32 * 32 * 32;
 
 /// [`GEMM_MIN_FLOPS`] or its override from `JAXREPL_GEMM_MIN_FLOPS`.
+/// Whether a `dot_general` of `la` and `ra` (contracting the lhs dims `lc`) into `out` runs
+/// on the GEMM runtime: f32/f64 compute dtype, float operands, at least
+/// [`gemm_min_flops`] multiply-adds.
+pub(super) fn gemm_eligible(la: &ShapedArray, ra: &ShapedArray, out: &ShapedArray, lc: &[usize]) -> bool {
+    let c = compute_dtype(out.dtype);
+    let k: usize = lc.iter().filter_map(|&i| la.shape.get(i)).product();
+    let flops = out.size().saturating_mul(k);
+    matches!(c, DType::F32 | DType::F64) && la.dtype.is_float() && ra.dtype.is_float() && flops >= gemm_min_flops()
+}
+
 pub(super) fn gemm_min_flops() -> usize {
     static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *MIN.get_or_init(|| std::env::var("JAXREPL_GEMM_MIN_FLOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(GEMM_MIN_FLOPS))
