@@ -1,6 +1,7 @@
 //! Codegen measurement probe (issue 4): run in release mode, prints min / median per case.
 //! `cargo run --release -p jaxrepl-tests --bin codegen_probe [case...]`; cases: ew, sum,
-//! softmax, loops, first, scan, math. Not a test: figures only, on stderr-free stdout.
+//! softmax, loops, first, scan, math; `ir [sum|softmax]` prints a compiled module, `ir
+//! donated` the bench's donated tanh chain beside the fresh-output one. Not a test: figures only, on stderr-free stdout.
 
 use jax::prelude::*;
 use jax::transform::pipeline::clear_executable_cache;
@@ -74,6 +75,30 @@ fn main() {
             });
             println!("ew {name} f32[1e7]: {:.2} / {:.2} ms", mn * 1e3, md * 1e3);
         }
+    }
+    if args.iter().any(|a| a == "ir") && args.iter().any(|a| a == "donated") {
+        // The bench's `elementwise_chain_1e7_donated`: the output written into a donated
+        // second argument (the previous output); prints the optimized module and times it
+        // beside the fresh-output version.
+        let x = jax::random::normal(&key, &[n], DType::F32).unwrap();
+        let jf = jit(|(v, _b): (Array, Array)| (v.clone() * 1.5 + 0.5).tanh() * v).donate_argnums(&[1]);
+        let buf = jnp::zeros(&[n], DType::F32);
+        let c = jf.lower((&x, &buf)).unwrap().compile().unwrap();
+        println!("{}", c.as_text());
+        std::fs::write("/tmp/probe_don_asm.s", c.as_text_stage(jax::transform::stages::Stage::Asm).unwrap()).unwrap();
+        let mut st = jf.call((&x, &buf)).unwrap();
+        drop(buf);
+        let (mn, md) = time(15, 1, || {
+            st = jf.call((&x, &st)).unwrap();
+            st.block_until_ready().unwrap();
+        });
+        println!("donated: {:.2} / {:.2} ms, {:.1} GB/s at min", mn * 1e3, md * 1e3, 8.0 * n as f64 / mn / 1e9);
+        let f = jit(|x: Array| (x.clone() * 1.5 + 0.5).tanh() * x);
+        let (mn, md) = time(15, 1, || {
+            f.call(&x).unwrap().block_until_ready().unwrap();
+        });
+        println!("fresh: {:.2} / {:.2} ms, {:.1} GB/s at min", mn * 1e3, md * 1e3, 8.0 * n as f64 / mn / 1e9);
+        return;
     }
     if args.iter().any(|a| a == "ir") {
         let has = |c: &str| args.iter().any(|a| a == c);
