@@ -543,11 +543,27 @@ pub(crate) fn first_shard_map_mesh(j: &Jaxpr) -> Option<Mesh> {
     })
 }
 
-/// Shardy's attribute text for `dims`: `#sdy.sharding<@mesh, [{"X"}, {}]>`.
-fn sdy(dims: &Dims) -> String {
-    let parts: Vec<String> =
-        dims.iter().map(|e| format!("{{{}}}", e.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "))).collect();
-    format!("#sdy.sharding<@mesh, [{}]>", parts.join(", "))
+/// Shardy's attribute text for `dims` on mesh symbol `sym`: `#sdy.sharding<@mesh, [{"X"}, {}]>`.
+fn sdy(sym: &str, dims: &Dims) -> String {
+    format!("#sdy.sharding{}", crate::lower::manual::sdy_dims(sym, dims))
+}
+
+/// The symbol `text` declares `mesh` as (`sdy.mesh @mesh_0 = <["a"=4]>`), and whether it
+/// must still be declared: a module's `shard_map`s declare their meshes themselves; an
+/// argument mesh none of them uses gets the next free symbol.
+fn mesh_symbol_in(text: &str, mesh: &Mesh) -> (String, bool) {
+    let value = crate::lower::manual::sdy_mesh_value(mesh);
+    let mut count = 0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("  sdy.mesh @") else { continue };
+        count += 1;
+        if let Some((sym, v)) = rest.split_once(" = ") {
+            if v == value {
+                return (sym.to_string(), false);
+            }
+        }
+    }
+    (crate::lower::manual::mesh_symbol(count), true)
 }
 
 /// Adds `attr` to the attribute dictionary after the type that ends at `pos` in `line`
@@ -599,6 +615,8 @@ fn type_end(line: &str, start: usize) -> usize {
 /// Display only: the module that compiles is the unannotated one.
 pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
     let mut out = String::with_capacity(text.len() + 256);
+    let (sym, declare) = mesh_symbol_in(text, &a.mesh);
+    let mut declared = !declare;
     for line in text.lines() {
         let mut line = line.to_string();
         if line.starts_with("module @") && line.ends_with(" {") {
@@ -611,11 +629,17 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
             }
             out.push_str(&line);
             out.push('\n');
-            // (A module with a `shard_map` declares its mesh itself: `lower/manual.rs`.)
-            if !text.contains("  sdy.mesh @mesh = ") {
-                out.push_str(&format!("  {}\n", crate::lower::manual::sdy_mesh(&a.mesh)));
+            // (A module with a `shard_map` declares its meshes itself: `lower/manual.rs`;
+            // the argument mesh follows them when it is another one.)
+            if !declared && !text.contains("  sdy.mesh @") {
+                out.push_str(&format!("  {}\n", crate::lower::manual::sdy_mesh(&sym, &a.mesh)));
+                declared = true;
             }
             continue;
+        }
+        if !declared && line.starts_with("  ") && !line.starts_with("  sdy.mesh @") {
+            out.push_str(&format!("  {}\n", crate::lower::manual::sdy_mesh(&sym, &a.mesh)));
+            declared = true;
         }
         if let Some(sig) = line.find("func.func public @main(") {
             let args_end = line[sig..].find(") -> ").map(|p| sig + p);
@@ -626,13 +650,13 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
                 let key = format!("%arg{i}: ");
                 let Some(p) = line[from..].find(&key).map(|p| from + p + key.len()) else { break };
                 let end = type_end(&line, p);
-                from = if i >= first { add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(&a.ins[i - first]))) } else { end };
+                from = if i >= first { add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(&sym, &a.ins[i - first]))) } else { end };
             }
             if let Some(r) = line[from..].find(") -> (").map(|p| from + p + ") -> (".len()) {
                 let mut pos = r;
                 for d in &a.outs {
                     let end = type_end(&line, pos);
-                    let after = add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(d)));
+                    let after = add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(&sym, d)));
                     match line[after..].find(", ") {
                         Some(q) if !line[after..after + q].contains(')') => pos = after + q + 2,
                         _ => break,

@@ -141,3 +141,38 @@ fn cost_of_shard_map_is_per_device_and_total() {
     let got = jf.call((&x, &w)).unwrap().to_vec::<f32>().unwrap();
     assert!(got.iter().all(|v| (*v as f64 - 8.0 * 16f64.tanh()).abs() < 1e-5), "{got:?}");
 }
+
+/// `shard_map`s on different meshes in one program: each distinct mesh gets its own
+/// `sdy.mesh` symbol in order of first use (`@mesh`, `@mesh_0`, `@mesh_1`, as JAX 0.10.2
+/// prints `jit(f5∘f3∘f2∘f1)` on meshes (8,) 'i', (4,2) ('a','b'), (8,) 'i', (2,4)
+/// ('a','b')); a mesh used again reuses its symbol. The value equals the host reference.
+#[test]
+fn distinct_meshes_get_distinct_sdy_symbols() {
+    eight_cpu_devices();
+    let auto1 = [AxisType::Auto];
+    let auto2 = [AxisType::Auto, AxisType::Auto];
+    let m1 = make_mesh(&[8], &["i"], Some(&auto1)).unwrap();
+    let m2 = make_mesh(&[4, 2], &["a", "b"], Some(&auto2)).unwrap();
+    let m4 = make_mesh(&[2, 4], &["a", "b"], Some(&auto2)).unwrap();
+    let f1 = shard_map(|x: Array| x * 5.0, Some(&m1), P!("i"), P!("i"));
+    let f2 = shard_map(|x: Array| x * 2.0, Some(&m2), P!("a"), P!("a"));
+    let f3 = shard_map(|x: Array| x + 1.0, Some(&m1), P!("i"), P!("i"));
+    let f5 = shard_map(|x: Array| x - 1.0, Some(&m4), P!("b"), P!("b"));
+    let jf = jit(move |x: Array| f5.call(f3.call(f2.call(f1.call(x)?)?)?)).with_name("f");
+    let host: Vec<f32> = (0..16).map(|v| v as f32).collect();
+    let x = jnp::array(&host);
+    let text = jf.lower(&x).unwrap().as_text();
+    let shown: Vec<&str> = text.lines().filter(|l| l.contains("sdy.mesh") || l.contains("sdy.manual_computation")).map(|l| l.trim()).collect();
+    expect_test::expect![[r#"
+        sdy.mesh @mesh = <["i"=8]>
+        sdy.mesh @mesh_0 = <["a"=4, "b"=2]>
+        sdy.mesh @mesh_1 = <["a"=2, "b"=4]>
+        %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"i"}]>] out_shardings=[<@mesh, [{"i"}]>] manual_axes={"i"} (%arg1: tensor<2xf32>) {
+        %5 = sdy.manual_computation(%0) in_shardings=[<@mesh_0, [{"a"}]>] out_shardings=[<@mesh_0, [{"a"}]>] manual_axes={"a", "b"} (%arg2: tensor<4xf32>) {
+        %10 = sdy.manual_computation(%5) in_shardings=[<@mesh, [{"i"}]>] out_shardings=[<@mesh, [{"i"}]>] manual_axes={"i"} (%arg3: tensor<2xf32>) {
+        %15 = sdy.manual_computation(%10) in_shardings=[<@mesh_1, [{"b"}]>] out_shardings=[<@mesh_1, [{"b"}]>] manual_axes={"a", "b"} (%arg4: tensor<4xf32>) {"#]]
+    .assert_eq(&shown.join("\n"));
+    let got = jf.call(&x).unwrap().to_vec::<f32>().unwrap();
+    let want: Vec<f32> = host.iter().map(|v| (v * 5.0 * 2.0 + 1.0) - 1.0).collect();
+    assert_eq!(got, want);
+}

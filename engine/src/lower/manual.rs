@@ -19,17 +19,33 @@ use crate::sharding::Mesh;
 /// Marks a lowered module that holds a manual computation (display only).
 pub(crate) const MANUAL_MARK: &str = "sdy.manual_computation(";
 
-/// Shardy's sharding text without the `#sdy.sharding` prefix: `<@mesh, [{"i"}, {}]>`.
-pub(crate) fn sdy_dims(dims: &crate::sharding_rules::Dims) -> String {
+/// Shardy's sharding text without the `#sdy.sharding` prefix, on mesh symbol `sym`:
+/// `<@mesh, [{"i"}, {}]>`.
+pub(crate) fn sdy_dims(sym: &str, dims: &crate::sharding_rules::Dims) -> String {
     let parts: Vec<String> =
         dims.iter().map(|e| format!("{{{}}}", e.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "))).collect();
-    format!("<@mesh, [{}]>", parts.join(", "))
+    format!("<@{sym}, [{}]>", parts.join(", "))
 }
 
-/// `sdy.mesh @mesh = <["i"=4, "j"=2]>`.
-pub(crate) fn sdy_mesh(mesh: &Mesh) -> String {
+/// `sdy.mesh @mesh = <["i"=4, "j"=2]>` for mesh symbol `sym`.
+pub(crate) fn sdy_mesh(sym: &str, mesh: &Mesh) -> String {
+    format!("sdy.mesh @{sym} = {}", sdy_mesh_value(mesh))
+}
+
+/// The mesh attribute of a `sdy.mesh` declaration: `<["i"=4, "j"=2]>`.
+pub(crate) fn sdy_mesh_value(mesh: &Mesh) -> String {
     let axes: Vec<String> = mesh.axis_names().iter().zip(mesh.axis_sizes()).map(|(n, s)| format!("\"{n}\"={s}")).collect();
-    format!("sdy.mesh @mesh = <[{}]>", axes.join(", "))
+    format!("<[{}]>", axes.join(", "))
+}
+
+/// The symbol of the `k`-th distinct mesh of a module, as Shardy names them in order of
+/// first use: `mesh`, `mesh_0`, `mesh_1`, ….
+pub(crate) fn mesh_symbol(k: usize) -> String {
+    if k == 0 {
+        "mesh".to_string()
+    } else {
+        format!("mesh_{}", k - 1)
+    }
 }
 
 /// The groups of partition ids (flat row-major mesh positions) a collective over `axes`
@@ -63,6 +79,19 @@ fn groups_attr(groups: &[Vec<usize>]) -> String {
 }
 
 impl Lowerer {
+    /// The `sdy.mesh` symbol of `mesh` in this module, declaring it on first use (each
+    /// distinct mesh its own symbol, `mesh_symbol`).
+    fn mesh_sym(&mut self, mesh: &Mesh) -> String {
+        let k = match self.meshes.iter().position(|m| m == mesh) {
+            Some(k) => k,
+            None => {
+                self.meshes.push(mesh.clone());
+                self.meshes.len() - 1
+            }
+        };
+        mesh_symbol(k)
+    }
+
     fn mesh_for(&self, what: &str) -> Result<Mesh, Error> {
         self.manual.last().cloned().ok_or_else(|| malformed(format!("`{what}` outside a shard_map")))
     }
@@ -79,11 +108,11 @@ impl Lowerer {
         if ins.len() != body.invars.len() || outs.len() != body.outvars.len() {
             return Err(malformed(format!("shard_map with {} operands for {} body inputs", ins.len(), body.invars.len())));
         }
-        self.decls.insert(sdy_mesh(&sm.mesh));
+        let sym = self.mesh_sym(&sm.mesh);
         let operands: Vec<String> = ins.iter().map(|v| self.tensor(v)).collect();
         let in_tys: Vec<String> = ins.iter().map(|v| v.aval().strong().mlir_tensor()).collect();
         let out_tys: Vec<String> = outs.iter().map(|v| v.aval.strong().mlir_tensor()).collect();
-        let dims = |s: &crate::sharding::PartitionSpec, nd: usize| sdy_dims(&crate::sharding_rules::dims_of(s, nd));
+        let dims = |s: &crate::sharding::PartitionSpec, nd: usize| sdy_dims(&sym, &crate::sharding_rules::dims_of(s, nd));
         let in_sh: Vec<String> = sm.in_specs.iter().zip(ins).map(|(s, v)| dims(s, v.aval().ndim())).collect();
         let out_sh: Vec<String> = sm.out_specs.iter().zip(outs).map(|(s, v)| dims(s, v.aval.ndim())).collect();
         let manual: Vec<String> = sm.mesh.axis_names().iter().map(|a| format!("\"{a}\"")).collect();

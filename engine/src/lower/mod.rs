@@ -112,6 +112,7 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
         lits: HashMap::new(),
         scope_prefix: format!("jit({name})"),
         manual: vec![],
+        meshes: vec![],
         next_arg: j.invars.len(),
         channels: 0,
         dot_updates: HashMap::new(),
@@ -151,6 +152,10 @@ pub fn lower_jaxpr(jaxpr: &ClosedJaxpr, name: &str, opts: &LowerOptions) -> Resu
         name.chars().map(|c| if c.is_ascii_alphanumeric() || "_$.".contains(c) { c } else { '_' }).collect()
     };
     let mut text = format!("module @jit_{sym} {{\n");
+    // Meshes first, in order of first use (as JAX's modules declare them).
+    for (k, m) in l.meshes.iter().enumerate() {
+        text.push_str(&format!("  {}\n", manual::sdy_mesh(&manual::mesh_symbol(k), m)));
+    }
     for d in &l.decls {
         text.push_str(&format!("  {d}\n"));
     }
@@ -210,6 +215,9 @@ pub(crate) struct Lowerer {
     scope_prefix: String,
     /// The meshes of the `shard_map` bodies being lowered (innermost last; `manual.rs`).
     manual: Vec<crate::sharding::Mesh>,
+    /// The distinct meshes of the module's `shard_map`s, in order of first use: mesh k is
+    /// declared as `sdy.mesh @mesh` (k = 0), `@mesh_0`, `@mesh_1`, … (`manual.rs`).
+    meshes: Vec<crate::sharding::Mesh>,
     /// The next block-argument number (`%argN`) for regions (`manual.rs`).
     next_arg: usize,
     /// Collective channel handles handed out (`manual.rs`).
