@@ -21,6 +21,7 @@ pub mod random;
 pub mod runtime;
 pub mod sharding;
 pub(crate) mod sharding_rules;
+pub(crate) mod sharding_types;
 pub(crate) mod partition;
 pub mod trace;
 pub mod transform;

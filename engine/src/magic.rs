@@ -23,6 +23,17 @@ thread_local! {
     /// The partitioned program texts of the last recorded call, when it ran partitioned:
     /// (`%compile`'s, `%lower`'s).
     static LAST_PARTITIONED: RefCell<Option<crate::partition::CallTexts>> = const { RefCell::new(None) };
+    /// The last call's jaxpr with its arguments' types, when they are sharded over an
+    /// explicit mesh or in pinned host memory (`%jaxpr` shows `f32[8@x]`).
+    static LAST_TYPED: RefCell<Option<ClosedJaxpr>> = const { RefCell::new(None) };
+}
+
+/// Records the typed jaxpr of the jitted call being made (`None`: plain types); `%jaxpr`
+/// shows it.
+pub(crate) fn note_typed(typed: Option<ClosedJaxpr>) {
+    if capturing() {
+        LAST_TYPED.with(|c| *c.borrow_mut() = typed);
+    }
 }
 
 /// Whether a magic is waiting for a call (calls then record what magics show).
@@ -71,6 +82,7 @@ fn last_call<T>(f: impl FnOnce() -> T) -> Result<(String, Arc<CacheEntry>)> {
     LAST_CALL.with(|c| *c.borrow_mut() = None);
     LAST_ERROR.with(|c| *c.borrow_mut() = None);
     LAST_PARTITIONED.with(|c| *c.borrow_mut() = None);
+    LAST_TYPED.with(|c| *c.borrow_mut() = None);
     struct Capture;
     impl Drop for Capture {
         fn drop(&mut self) {
@@ -109,7 +121,12 @@ fn compiled(entry: &CacheEntry) -> Result<&CompiledArtifacts> {
 
 /// `%jaxpr CALL`: the jaxpr of the jitted function that `CALL` runs.
 pub fn jaxpr<T>(call: impl FnOnce() -> T) -> Result<ClosedJaxpr> {
-    Ok(last_call(call)?.1.jaxpr.clone())
+    let (_, e) = last_call(call)?;
+    // The typed jaxpr when it is this call's (same jaxpr), else the entry's.
+    match LAST_TYPED.with(|c| c.borrow_mut().take()) {
+        Some(t) if t.jaxpr == e.jaxpr.jaxpr => Ok(t),
+        _ => Ok(e.jaxpr.clone()),
+    }
 }
 
 /// `%lower CALL`: the lowered MLIR module. A call on sharded arrays that ran partitioned

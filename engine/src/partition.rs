@@ -692,7 +692,7 @@ fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Ve
             continue;
         }
         let seg = Jaxpr { constvars: vec![], invars: ins.clone(), eqns: eqns.to_vec(), outvars: outs.iter().cloned().map(Atom::Var).collect() };
-        let art = crate::transform::pipeline::compile_jaxpr(&ClosedJaxpr { jaxpr: seg, consts: vec![] }, name, opts)?;
+        let art = crate::transform::pipeline::compile_jaxpr(&ClosedJaxpr { jaxpr: seg, consts: vec![], in_types: None }, name, opts)?;
         lowered.push(art.lowered.text.clone());
         let exe = art.executable;
         irs.push(exe.optimized_ir().to_string());

@@ -1153,11 +1153,21 @@ pub use crate::partition::partitioned_calls;
 
 // ---------------------------------------------------------------- typeof
 
-/// The type text of a device array with its explicit sharding: `float32[8@x]`.
-fn type_text(d: &DeviceArray) -> String {
-    match d.sharded_info() {
+/// The type text of a device array with its explicit sharding and memory space:
+/// `float32[8@x]`, `float32<host>[8]` (pinned host memory, JAX's `MemorySpace.Host`).
+pub(crate) fn type_text(d: &DeviceArray) -> String {
+    let t = match d.sharded_info() {
         Some(sh) => sharded_type_text(&d.aval, &sh.sharding),
         None => d.aval.long(),
+    };
+    with_space(t, d.memory_kind)
+}
+
+/// `float32[8]` → `float32<host>[8]` for pinned host memory (the space goes after the dtype).
+fn with_space(t: String, kind: MemoryKind) -> String {
+    match (kind, t.find('[')) {
+        (MemoryKind::PinnedHost, Some(p)) => format!("{}<host>{}", &t[..p], &t[p..]),
+        _ => t,
     }
 }
 
@@ -1184,21 +1194,26 @@ fn sharded_type_text(aval: &ShapedArray, ns: &NamedSharding) -> String {
 }
 
 /// The type of an array as `jax.typeof` shows it: `{}` gives `float32[8@x]` (dimensions
-/// split over `Explicit` mesh axes carry `@axis`), `{:?}` gives `ShapedArray(float32[8@x])`.
+/// split over `Explicit` mesh axes carry `@axis`; an array in pinned host memory
+/// `float32<host>[8]`), `{:?}` gives `ShapedArray(float32[8@x])`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ArrayType {
     /// Shape, dtype, weak type.
     pub aval: ShapedArray,
     /// The sharding of a sharded concrete array.
     pub sharding: Option<NamedSharding>,
+    /// The memory the array lives in (`pinned_host` shows as `<host>`; JAX's
+    /// `unpinned_host` is the device memory space and shows plain).
+    pub memory_kind: MemoryKind,
 }
 
 impl fmt::Display for ArrayType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.sharding {
-            Some(ns) => f.write_str(&sharded_type_text(&self.aval, ns)),
-            None => f.write_str(&self.aval.long()),
-        }
+        let t = match &self.sharding {
+            Some(ns) => sharded_type_text(&self.aval, ns),
+            None => self.aval.long(),
+        };
+        f.write_str(&with_space(t, self.memory_kind))
     }
 }
 impl fmt::Debug for ArrayType {
@@ -1210,8 +1225,8 @@ impl fmt::Debug for ArrayType {
 /// `jax.typeof(x)` (`typeof` is a Rust keyword): the array's type with its sharding.
 pub fn typeof_(x: &Array) -> ArrayType {
     match &x.0 {
-        Repr::Device(d) => ArrayType { aval: d.aval.clone(), sharding: d.sharded_info().map(|s| s.sharding.clone()) },
-        Repr::Tracer(_) => ArrayType { aval: x.aval(), sharding: None },
+        Repr::Device(d) => ArrayType { aval: d.aval.clone(), sharding: d.sharded_info().map(|s| s.sharding.clone()), memory_kind: d.memory_kind },
+        Repr::Tracer(_) => ArrayType { aval: x.aval(), sharding: None, memory_kind: MemoryKind::Device },
     }
 }
 

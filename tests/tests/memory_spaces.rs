@@ -82,18 +82,25 @@ fn device_put_between_kinds_moves_the_accounting() {
 }
 
 #[test]
-fn computing_on_host_arrays_gives_device_results() {
+fn computing_on_host_arrays_stays_in_host_memory() {
     eight_cpu_devices();
     let _l = serial();
-    // On CPU every kind is the same RAM: JAX computes on host-kind arrays; results are in
-    // device memory (inventory §15.3 item 3).
-    let s_host = NamedSharding::new(&one_device_mesh(0), P!("x")).unwrap().with_memory_kind("pinned_host").unwrap();
+    // On CPU every kind is the same RAM: JAX 0.10.2 computes on pinned-host arrays and,
+    // its memory space being part of the type, leaves the results there
+    // (`jit(lambda x: x + 1)(arr_host).sharding.memory_kind` → `pinned_host`); `out_shardings`
+    // in device memory gives a device result (inventory §15.3 item 3).
+    let s_dev = NamedSharding::new(&one_device_mesh(0), P!("x")).unwrap();
+    let s_host = s_dev.with_memory_kind("pinned_host").unwrap();
     let arr_host = device_put(&jnp::arange(8.0).reshape(&[2, 4]), s_host).unwrap();
     let y = jit(|x: Array| x + 1.0).call(&arr_host).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    assert_eq!(y.sharding().unwrap().memory_kind(), MemoryKind::PinnedHost);
+    let y = jit(|x: Array| x + 1.0).out_shardings(vec![s_dev]).call(&arr_host).unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
     assert_eq!(y.sharding().unwrap().memory_kind(), MemoryKind::Device);
     let z = arr_host.clone() * 2.0;
     assert_eq!(z.to_vec::<f32>().unwrap(), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]);
+    assert_eq!(z.sharding().unwrap().memory_kind(), MemoryKind::PinnedHost);
 }
 
 #[test]
@@ -278,8 +285,8 @@ fn sharded_jit_outputs_in_host_memory() {
 /// NamedSharding(mesh, P('i'), memory_kind='pinned_host'))`): each device's block is placed
 /// in its pinned host memory, the lowered text marks the argument with its kind and its
 /// Shardy sharding (JAX 0.10.2: `%arg0: tensor<16xf32> {mhlo.memory_kind = "pinned_host",
-/// sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>}`), and the call runs partitioned into
-/// device memory, equal to the unsharded result.
+/// sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>}`), and the call runs partitioned, its
+/// result in pinned host memory too (as JAX's), equal to the unsharded result.
 #[test]
 fn sharded_in_shardings_in_host_memory() {
     eight_cpu_devices();
@@ -297,8 +304,11 @@ fn sharded_in_shardings_in_host_memory() {
     let y = f.call(&x).unwrap();
     assert!(jax::sharding::partitioned_calls() > before, "runs partitioned");
     assert_eq!(y.to_vec::<f32>().unwrap(), (0..16).map(|i| 2.0 * i as f32).collect::<Vec<_>>());
-    assert_eq!(y.sharding().unwrap().memory_kind(), MemoryKind::Device);
-    assert_eq!(typeof_(&y).to_string(), "float32[16@i]");
+    // The result stays in pinned host memory (JAX 0.10.2 on the argument placed there:
+    // `float32<host>[16@i]`, its lowered result `{mhlo.memory_kind = "pinned_host", …}`).
+    assert_eq!(y.sharding().unwrap().memory_kind(), MemoryKind::PinnedHost);
+    assert_eq!(typeof_(&y).to_string(), "float32<host>[16@i]");
+    assert!(text.contains(r#"-> (tensor<16xf32> {mhlo.memory_kind = "pinned_host", sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>})"#), "{text}");
     // The argument as placed: each device's 2 elements in its pinned host memory.
     let placed = device_put(&x, s_host.clone()).unwrap();
     assert_eq!(format!("{:?}", placed.sharding().unwrap()), format!("{s_host:?}"));

@@ -304,6 +304,7 @@ fn zero_d_literal_only_and_unused_vars() {
     let j = ClosedJaxpr {
         jaxpr: Jaxpr { constvars: vec![], invars: vec![v.clone()], eqns: vec![], outvars: vec![lit(1.5, DType::F64), Atom::Var(v)] },
         consts: vec![],
+        in_types: None,
     };
     let exe = compile_jaxpr(&j);
     let out = exe.execute(&[&Buffer::from_bytes(&ShapedArray::new(&[2], DType::Bool), &[1, 0]).unwrap()]).unwrap();

@@ -579,6 +579,11 @@ pub struct ClosedJaxpr {
     pub jaxpr: Jaxpr,
     /// One buffer per `jaxpr.constvars`, same order.
     pub consts: Vec<Arc<Buffer>>,
+    /// Display only: the argument types of the traced call when some argument was sharded
+    /// over an explicit mesh or in pinned host memory, so the text shows JAX's typed
+    /// values (`f32[8@x]`, `f32<host>[8]`; `sharding_types`). `None` for every other
+    /// jaxpr; ignored by equality, caches and lowering.
+    pub in_types: Option<Arc<crate::sharding_types::InTypes>>,
 }
 
 impl PartialEq for ClosedJaxpr {

@@ -209,6 +209,11 @@ struct Printer {
     out: String,
     /// Sub-jaxprs printed once at the top, by address, with their names.
     shared: HashMap<*const Jaxpr, String>,
+    /// Types carrying a sharding or memory space (`f32[8@x]`, `f32<host>[8]`), by (jaxpr
+    /// address, var id) (`sharding_types::var_types`); empty for untyped jaxprs.
+    types: HashMap<(usize, u32), String>,
+    /// The jaxprs being printed, innermost last (whose variables `ty` looks up).
+    cur: Vec<usize>,
 }
 
 /// The equation's `name` param, which JAX names an outlined sub-jaxpr after.
@@ -249,6 +254,16 @@ fn shared_jaxprs(top: &Jaxpr) -> Vec<(&Jaxpr, String)> {
 }
 
 impl Printer {
+    /// The type text of `v` in the jaxpr being printed: `f32[4,8]`, or its typed form.
+    fn ty(&self, v: &Var) -> String {
+        if !self.types.is_empty() {
+            if let Some(t) = self.cur.last().and_then(|&at| self.types.get(&(at, v.id))) {
+                return t.clone();
+            }
+        }
+        v.aval.short()
+    }
+
     /// Prints `j` with its first line continuing the current line and later lines at `indent`.
     /// Prints `j` in its own naming scope (sub-jaxprs reuse variable ids of their own;
     /// the name counter continues across scopes, as in JAX).
@@ -264,16 +279,18 @@ impl Printer {
     fn jaxpr_body(&mut self, j: &Jaxpr, indent: usize) {
         let saved_used = self.namer.used.take();
         let saved_names = self.namer.names.clone();
+        self.cur.push(j as *const Jaxpr as usize);
         self.jaxpr_scoped(j, indent);
+        self.cur.pop();
         self.namer.used = saved_used;
         self.namer.names = saved_names;
     }
 
     fn jaxpr_scoped(&mut self, j: &Jaxpr, indent: usize) {
         let consts: Vec<String> =
-            j.constvars.iter().map(|v| format!("{}:{}", self.namer.bind_always(v), v.aval.short())).collect();
+            j.constvars.iter().map(|v| format!("{}:{}", self.namer.bind_always(v), self.ty(v))).collect();
         let ins: Vec<String> =
-            j.invars.iter().map(|v| format!("{}:{}", self.namer.bind_always(v), v.aval.short())).collect();
+            j.invars.iter().map(|v| format!("{}:{}", self.namer.bind_always(v), self.ty(v))).collect();
         let head = format!(
             "{{ lambda {}; {}. let",
             consts.join(" "),
@@ -314,7 +331,7 @@ impl Printer {
     /// One equation's text (first line without indentation; later lines indented).
     fn eqn(&mut self, e: &Eqn, indent: usize) -> String {
         let outs: Vec<String> =
-            e.outputs.iter().map(|v| format!("{}:{}", self.namer.bind(v), v.aval.short())).collect();
+            e.outputs.iter().map(|v| format!("{}:{}", self.namer.bind(v), self.ty(v))).collect();
         let ins: Vec<String> = e.inputs.iter().map(|a| self.namer.atom(a)).collect();
         let mut ps: Vec<(String, String)> = params(&e.primitive);
         let subs = e.primitive.sub_jaxprs();
@@ -392,7 +409,18 @@ impl Printer {
 
 /// Prints a jaxpr as JAX does.
 pub fn print_jaxpr(j: &Jaxpr) -> String {
-    let mut p = Printer { namer: Namer { names: HashMap::new(), next: 0, used: None }, out: String::new(), shared: HashMap::new() };
+    print_typed(j, HashMap::new())
+}
+
+/// Prints `j` with the given variables' types (`sharding_types::var_types`).
+fn print_typed(j: &Jaxpr, types: HashMap<(usize, u32), String>) -> String {
+    let mut p = Printer {
+        namer: Namer { names: HashMap::new(), next: 0, used: None },
+        out: String::new(),
+        shared: HashMap::new(),
+        types,
+        cur: vec![],
+    };
     let shared = shared_jaxprs(j);
     p.shared = shared.iter().map(|(sub, name)| (*sub as *const Jaxpr, name.clone())).collect();
     for (sub, name) in shared {
@@ -403,6 +431,7 @@ pub fn print_jaxpr(j: &Jaxpr) -> String {
     let mut used = HashSet::new();
     collect_used(j, &mut used);
     p.namer.used = Some(used);
+    p.cur.push(j as *const Jaxpr as usize);
     p.jaxpr_scoped(j, 0);
     p.out
 }
@@ -414,7 +443,12 @@ impl fmt::Display for Jaxpr {
 }
 
 impl fmt::Display for ClosedJaxpr {
+    /// JAX's text; a jaxpr traced on sharded or pinned-host arguments shows typed values
+    /// (`a:f32[8@x]`, `b:f32<host>[8]`; `ClosedJaxpr::in_types`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&print_jaxpr(&self.jaxpr))
+        match &self.in_types {
+            Some(t) => f.write_str(&print_typed(&self.jaxpr, crate::sharding_types::var_types(&self.jaxpr, t))),
+            None => f.write_str(&print_jaxpr(&self.jaxpr)),
+        }
     }
 }

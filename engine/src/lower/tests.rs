@@ -45,6 +45,7 @@ impl Builder {
         ClosedJaxpr {
             jaxpr: Jaxpr { constvars: self.constvars, invars: self.invars, eqns: self.eqns, outvars: outs.to_vec() },
             consts: self.consts,
+            in_types: None,
         }
     }
 }

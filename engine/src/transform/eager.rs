@@ -95,6 +95,11 @@ pub fn apply(mut prim: Primitive, operands: Vec<Operand>, out_avals: Vec<ShapedA
     }
     let place = crate::sharding::out_place(inputs.iter(), prim.name(), crate::sharding::eager_arg_name(inputs.len()))?
         .for_eqn(&prim, &inputs, &out_avals)?;
+    // Results of ops on pinned-host arrays stay there (JAX's memory-space rule).
+    let place = match crate::sharding_types::eager_out_kind(prim.name(), &inputs)? {
+        Some(kind) => place.with_kinds(&vec![kind; out_avals.len()]),
+        None => place,
+    };
     let avals: SmallVec<[&ShapedArray; 4]> = inputs.iter().map(|d| &d.aval).collect();
     let k = key(&prim, &avals);
     let hit = cache()
@@ -140,5 +145,5 @@ fn one_eqn_jaxpr(prim: Primitive, in_avals: &[ShapedArray], out_avals: &[ShapedA
         eqns: vec![Eqn { primitive: prim, inputs: invars.into_iter().map(Atom::Var).collect(), outputs: outputs.clone(), source: None, name_stack: None, metadata: None }],
         outvars: outputs.into_iter().map(Atom::Var).collect(),
     };
-    ClosedJaxpr { jaxpr, consts: vec![] }
+    ClosedJaxpr { jaxpr, consts: vec![], in_types: None }
 }

@@ -350,6 +350,19 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             }
         }
         let mut outs = crate::runtime::memory_kind::jaxpr_out_kinds(jaxpr);
+        // Arguments placed in pinned host memory by `in_shardings`: results the memory-space
+        // rule puts there are made there (and the lowered text marks them).
+        if ins.contains(&MemoryKind::PinnedHost) {
+            let host: Vec<bool> = ins.iter().map(|k| *k == MemoryKind::PinnedHost).collect();
+            if let Ok(spaces) = crate::sharding_types::out_spaces(jaxpr, &host) {
+                outs.resize(jaxpr.outvars.len(), MemoryKind::Device);
+                for (o, h) in outs.iter_mut().zip(spaces) {
+                    if h && !o.is_host() {
+                        *o = MemoryKind::PinnedHost;
+                    }
+                }
+            }
+        }
         if let Some(targets) = &self.inner.shardings.outs {
             outs.resize(jaxpr.outvars.len(), MemoryKind::Device);
             for (i, o) in outs.iter_mut().enumerate() {
@@ -492,6 +505,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         }
         let _span = crate::profiler::span("jit", || format!("PjitFunction({})", self.inner.name));
         let (entry, traced_now) = self.lookup_or_trace(&flat, loc)?;
+        if crate::magic::capturing() {
+            crate::magic::note_typed(typed_jaxpr(&entry.jaxpr, &flat));
+        }
         if entry.has_shard_map {
             // shard_map (issue 6): the partitioner inlines its body (a per-device program
             // cut at its collectives into compiled segments, `partition.rs`); a program it
@@ -515,6 +531,18 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         if place.mesh().is_none() && entry.has_effects {
             crate::sharding_rules::inspect_unsharded(&entry.jaxpr.jaxpr, place.placement.device);
         }
+        // Results computed from pinned-host arguments are made there (JAX's memory-space
+        // rule, `sharding_types::call_out_kinds`); no allocation unless some argument is.
+        let host_kinds = if flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| d.memory_kind == MemoryKind::PinnedHost))) {
+            let ins: Vec<&DeviceArray> = flat.leaves.iter().filter_map(|l| match l {
+                ArgLeaf::Value(a) => a.device().map(|d| &**d),
+                ArgLeaf::Spec(_) => None,
+            }).collect();
+            Some(crate::sharding_types::call_out_kinds(&entry.jaxpr.jaxpr, &ins, &entry.out_kinds).map_err(|e| e.at(Some(source_info(loc))))?)
+        } else {
+            None
+        };
+        let out_kinds: &[MemoryKind] = host_kinds.as_deref().unwrap_or(&entry.out_kinds);
         let mut partitioned = None;
         let place = if let Some(mesh) = place.mesh().cloned() {
             let ins: Vec<Arc<DeviceArray>> = flat.leaves.iter().filter_map(|l| match l {
@@ -530,7 +558,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 let t0 = Instant::now();
                 partitioned = {
                     let _precision = crate::lax::precision::with_default_matmul_precision(entry.matmul_precision)?;
-                    crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want, &opts, &entry.out_kinds)?
+                    crate::partition::try_run(&self.inner.name, &entry.jaxpr, &ins, &mesh, &want, &opts, out_kinds)?
                 };
                 if partitioned.is_some() {
                     if crate::magic::capturing() {
@@ -570,7 +598,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         // Outputs in a host memory kind (`out_shardings` with a memory kind, `device_put` to
         // a memory kind) are made there; outputs whose `out_shardings` is this device are
         // committed to it, so `place_outputs` has nothing to move.
-        let place = if entry.out_kinds.is_empty() { place } else { self.out_place_in_kinds(place, &entry.out_kinds) };
+        let place = if out_kinds.is_empty() { place } else { self.out_place_in_kinds(place, out_kinds) };
         let outs = match (partitioned, art) {
             (Some(outs), _) => outs,
             (None, Some(art)) if entry.sync => match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
@@ -825,7 +853,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             }
         }
         let consts = consts.iter().map(|a| a.buffer()).collect::<Result<Vec<Arc<Buffer>>>>()?;
-        Ok((ClosedJaxpr { jaxpr, consts }, out.statics, out.treedef))
+        Ok((ClosedJaxpr { jaxpr, consts, in_types: None }, out.statics, out.treedef))
     }
 
     fn explain_miss(&self, sig: &Signature, call_site: &SourceInfo) -> String {
@@ -905,6 +933,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect();
             t.shardings = crate::sharding_rules::annotations(&entry.jaxpr, &leaves);
         }
+        t.typed = typed_jaxpr(&entry.jaxpr, &flat);
         Ok(t)
     }
 
@@ -1227,6 +1256,19 @@ where
     F: Fn(A) -> O + 'static,
 {
     jit(f).eval_shape(args)
+}
+
+/// `jaxpr` with its arguments' types (`ClosedJaxpr::in_types`) when some argument in
+/// `flat` is sharded over an explicit mesh or in pinned host memory; `None` otherwise.
+fn typed_jaxpr(jaxpr: &ClosedJaxpr, flat: &Flat) -> Option<ClosedJaxpr> {
+    let typed = |d: &DeviceArray| d.sharded_info().is_some() || d.memory_kind == crate::runtime::MemoryKind::PinnedHost;
+    if !flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(|d| typed(d)))) {
+        return None;
+    }
+    let leaves: Vec<Option<Arc<DeviceArray>>> =
+        flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect();
+    let in_types = crate::sharding_types::in_types(&jaxpr.jaxpr, &leaves)?;
+    Some(ClosedJaxpr { in_types: Some(in_types), ..jaxpr.clone() })
 }
 
 /// `jax.make_jaxpr(f)(args)`: the closed jaxpr of `f` at `args`.

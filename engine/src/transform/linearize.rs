@@ -83,7 +83,7 @@ impl<A: Pytree, Out: Pytree> Linearized<A, Out> {
     /// prints in JAX. Errors: the residuals are tracers (linearize ran under a trace).
     pub fn jaxpr(&self) -> Result<ClosedJaxpr> {
         let consts = self.consts.iter().map(|c| c.buffer()).collect::<Result<Vec<_>>>()?;
-        Ok(ClosedJaxpr { jaxpr: self.jaxpr.clone(), consts })
+        Ok(ClosedJaxpr { jaxpr: self.jaxpr.clone(), consts, in_types: None })
     }
 
     /// The residuals: the known values the linear jaxpr reads (one per constvar).

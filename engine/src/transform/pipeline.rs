@@ -72,7 +72,7 @@ pub fn canonicalize(j: &Jaxpr) -> Jaxpr {
         e.primitive = match &e.primitive {
             Primitive::Pjit { name, jaxpr } => Primitive::Pjit {
                 name: name.clone(),
-                jaxpr: Box::new(ClosedJaxpr { jaxpr: canonicalize(&jaxpr.jaxpr), consts: jaxpr.consts.clone() }),
+                jaxpr: Box::new(ClosedJaxpr { jaxpr: canonicalize(&jaxpr.jaxpr), consts: jaxpr.consts.clone(), in_types: None }),
             },
             Primitive::Cond { branches } => Primitive::Cond { branches: branches.iter().map(canonicalize).collect() },
             Primitive::While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => Primitive::While {
@@ -133,7 +133,7 @@ pub fn canonicalize(j: &Jaxpr) -> Jaxpr {
 
 /// Lowers a closed jaxpr to an MLIR module (after `canonicalize`).
 pub fn lower_closed(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result<LoweredModule> {
-    let c = ClosedJaxpr { jaxpr: canonicalize(&j.jaxpr), consts: j.consts.clone() };
+    let c = ClosedJaxpr { jaxpr: canonicalize(&j.jaxpr), consts: j.consts.clone(), in_types: None };
     let mut donated = opts.donated.clone();
     donated.resize(c.jaxpr.invars.len(), false);
     let (in_memory_kinds, out_memory_kinds) = (opts.in_memory_kinds.clone(), opts.out_memory_kinds.clone());

@@ -19,15 +19,19 @@ pub struct Traced<A, R> {
     sig: Signature,
     /// The arguments' and results' shardings when traced on sharded arrays.
     pub(crate) shardings: Option<crate::sharding_rules::Annotations>,
+    /// The jaxpr with its arguments' types, when traced on arguments sharded over an
+    /// explicit mesh or in pinned host memory (prints `f32[8@x]`, `f32<host>[8]`).
+    pub(crate) typed: Option<ClosedJaxpr>,
 }
 
 impl<A: Pytree, R: Pytree> Traced<A, R> {
     pub(crate) fn new(f: Jitted<A, R>, entry: Arc<CacheEntry>, sig: Signature) -> Self {
-        Traced { f, entry, sig, shardings: None }
+        Traced { f, entry, sig, shardings: None, typed: None }
     }
-    /// The closed jaxpr (prints in JAX's format).
+    /// The closed jaxpr (prints in JAX's format; on arguments sharded over an explicit
+    /// mesh or in pinned host memory its types show it: `f32[8@x]`, `f32<host>[8]`).
     pub fn jaxpr(&self) -> &ClosedJaxpr {
-        &self.entry.jaxpr
+        self.typed.as_ref().unwrap_or(&self.entry.jaxpr)
     }
     /// Output types (`Traced.out_info`).
     pub fn out_info(&self) -> Vec<ShapeDtypeStruct> {
