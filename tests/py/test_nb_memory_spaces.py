@@ -41,8 +41,10 @@ def test_device_put_between_kinds(nb):
     text = outputs_text(cell_with(nb, "let arr_host = device_put"))
     assert text.startswith("pinned_host"), text
     assert re.search(r"Array\(\[\[0\., 1\., 2\., 3\.\],\s*\[4\., 5\., 6\., 7\.\]\], dtype=float32\)", text), text
+    # JAX 0.10.2 on CPU: the memory space is in the type and results stay in pinned host
+    # memory; out_shardings in device memory gives a device result.
     text = outputs_text(cell_with(nb, "jit(|x: Array| x + 1.0).call(&arr_host)"))
-    assert text.startswith("device"), text
+    assert text.splitlines()[:3] == ["float32<host>[2,4]", "pinned_host", "device"], text
     assert re.search(r"Array\(\[\[1\., 2\., 3\., 4\.\],\s*\[5\., 6\., 7\., 8\.\]\], dtype=float32\)", text), text
 
 
