@@ -144,3 +144,42 @@ fn nested_jit_is_inlined_into_the_partition() {
     assert!(!program.iter().any(|l| l.contains("jit[") || l.contains("all_gather[")), "{text}");
     assert!(program.iter().any(|l| l.contains("dot_general") && l.contains("f32[2,8]")), "{text}");
 }
+
+/// Nested control flow on split values: a `fori_loop` whose body runs an inner
+/// `fori_loop` (a matmul against a replicated weight) and a `cond` on the (whole) loop
+/// index runs per device, the nested bodies retyped to blocks; a `jit`ted helper called in
+/// the body is traced into it and partitioned alike. Equal to the unsharded call.
+#[test]
+fn nested_loops_and_conds_with_local_bodies_run_per_device() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let (x, _) = host_array(&[32, 8], 38);
+    let (w, _) = host_array(&[8, 8], 39);
+    let helper = jit(|h: Array| -> Result<Array> { Ok(h.tanh() * 0.9) });
+    let f = jit(move |(x, w): (Array, Array)| -> Result<Array> {
+        let helper = helper.clone();
+        lax::fori_loop(0, 3, move |(i, h): (Array, Array)| -> Result<Array> {
+            let w = w.clone();
+            let h = lax::fori_loop(0, 2, move |(_, g): (Array, Array)| -> Result<Array> { Ok(g.matmul(&w).sin()) }, h)?;
+            let h = lax::cond(&i.gt(0), |g: Array| g * 2.0, |g: Array| g - 1.0, h)?;
+            helper.call(h)
+        }, x)
+    });
+    let px = put(&x, &mesh, P!("i", None));
+    let z = f.call((&px, &w)).unwrap();
+    assert_close_f32(&z, &f.call((&x, &w)).unwrap(), 1e-6);
+    assert_eq!(typeof_(&z).to_string(), "float32[32@i,8]");
+    let text = plan_text(&f, (&px, &w));
+    assert_eq!(control_notes(&text), vec!["scan: runs per device (its body is shard-local on blocks)".to_string()]);
+    assert!(!text.contains("all_gather["), "{text}");
+    // The nested loop's body works on 4-row blocks.
+    assert!(text.contains("f32[4,8] = dot_general"), "{text}");
+    // A nested loop reducing over the split dim: the outer loop runs whole and says why.
+    let g = jit(|x: Array| -> Result<Array> {
+        lax::fori_loop(0, 2, |(_, h): (Array, Array)| -> Result<Array> {
+            lax::fori_loop(0, 2, |(_, g): (Array, Array)| -> Result<Array> { Ok(&g / &(g.abs().sum() + 1.0)) }, h)
+        }, x)
+    });
+    assert_close_f32(&g.call(&px).unwrap(), &g.call(&x).unwrap(), 1e-6);
+    assert_eq!(control_notes(&plan_text(&g, &px)), vec!["scan: runs whole (operands all-gathered): `reduce_sum` over a split dim".to_string()]);
+}

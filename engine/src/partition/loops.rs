@@ -12,8 +12,11 @@
 //!   of its group;
 //! - any equation whose operands are all whole (replicated: every device computes it).
 //!
+//! - nested `scan`/`while`/`cond` whose own bodies are shard-local under the operands'
+//!   layouts, carries keeping theirs (`nested_local`);
+//!
 //! Anything else on split values (a reduction over a split dim, a contraction of one, a
-//! reshape, a gather, nested control flow on split values, ...) is not local. Layouts are
+//! reshape, a gather, ...) is not local. Layouts are
 //! chosen by a small fixpoint: the operands' own layouts first; same-shaped whole operands
 //! then take a split operand's layout (a local slice), and whole values a body broadcasts
 //! from whole ones are broadcast straight to the block where a split value needs them; a carry whose body result comes
@@ -24,7 +27,8 @@
 //! notes say which path each loop took and why (`Compiled::as_text`, `%compile`).
 //!
 //! **Nested `jit`** (`pjit` equations without constants or effects) is inlined before
-//! planning, so its equations are partitioned like the caller's (no gather at the call).
+//! planning, also inside loop and branch bodies, so its equations are partitioned like the
+//! caller's (no gather at the call; a loop calling a jitted function can run per device).
 
 use super::{elementwise, replicated, Builder, Val};
 use crate::error::Result;
@@ -86,6 +90,7 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
         use Primitive::*;
         let (primitive, out_dims): (Primitive, Vec<Dims>) = match &e.primitive {
             p if all_whole => (p.clone(), outs_g.iter().map(|a| replicated(a.ndim())).collect()),
+            Scan { .. } | While { .. } | Cond { .. } => nested_local(b, &e.primitive, &in_dims)?,
             p if !p.sub_jaxprs().is_empty() => return Err(format!("nested `{name}` on split values")),
             p if elementwise(p) && outs_g.len() == 1 && e.inputs.iter().all(|a| a.aval().ndim() == 0 || a.aval().shape == outs_g[0].shape) => {
                 // The split layout of a non-0-d operand; whole operands made by a broadcast of
@@ -195,6 +200,67 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
         }
     }
     Ok((Jaxpr { constvars: vec![], invars, eqns, outvars }, out_dims))
+}
+
+/// A `scan`, `while` or `cond` inside a body, on operands laid out as `ins`: its own bodies
+/// retyped to blocks (`local_jaxpr`) when they are shard-local under those layouts with
+/// their carries keeping their layout (no fixpoint inside: the outer loop's settles the
+/// operands); the retyped primitive and its results' layouts. `Err(why)`: not local.
+fn nested_local(b: &Builder, p: &Primitive, ins: &[Dims]) -> std::result::Result<(Primitive, Vec<Dims>), String> {
+    use Primitive::*;
+    let name = p.name();
+    match p {
+        Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => {
+            let (nc, nk) = (*num_consts, *num_carry);
+            let mut body_in = ins.to_vec();
+            for d in body_in.iter_mut().skip(nc + nk) {
+                if d.first().is_some_and(|e| !e.is_empty()) {
+                    return Err(format!("nested `{name}` scans over a split dim"));
+                }
+                if !d.is_empty() {
+                    d.remove(0);
+                }
+            }
+            let (bj, outs) = local_jaxpr(b, jaxpr, &body_in)?;
+            if outs[..nk] != body_in[nc..nc + nk] {
+                return Err(format!("nested `{name}`'s carries come back laid out differently"));
+            }
+            let res: Vec<Dims> = outs.iter().enumerate().map(|(k, d)| if k < nk { d.clone() } else { std::iter::once(vec![]).chain(d.iter().cloned()).collect() }).collect();
+            Ok((Scan { jaxpr: Box::new(bj), length: *length, reverse: *reverse, unroll: *unroll, num_consts: nc, num_carry: nk }, res))
+        }
+        While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } => {
+            let (cc, bc) = (*cond_nconsts, *body_nconsts);
+            let carry = &ins[cc + bc..];
+            let (bj, outs) = local_jaxpr(b, body_jaxpr, &ins[cc..])?;
+            if outs != carry {
+                return Err(format!("nested `{name}`'s carries come back laid out differently"));
+            }
+            let cins: Vec<Dims> = ins[..cc].iter().chain(carry).cloned().collect();
+            let (cj, co) = local_jaxpr(b, cond_jaxpr, &cins)?;
+            if co.iter().any(|d| !is_whole(d)) {
+                return Err(format!("nested `{name}`'s condition is split"));
+            }
+            Ok((While { cond_jaxpr: Box::new(cj), body_jaxpr: Box::new(bj), cond_nconsts: cc, body_nconsts: bc }, outs))
+        }
+        Cond { branches } => {
+            if ins.first().is_some_and(|d| !is_whole(d)) {
+                return Err(format!("nested `{name}`'s index is split"));
+            }
+            let mut js = vec![];
+            let mut first: Option<Vec<Dims>> = None;
+            for j in branches {
+                let (pj, o) = local_jaxpr(b, j, &ins[1..])?;
+                match &first {
+                    None => first = Some(o),
+                    Some(f) if *f == o => {}
+                    Some(_) => return Err(format!("nested `{name}`'s branches lay out their results differently")),
+                }
+                js.push(pj);
+            }
+            Ok((Cond { branches: js }, first.unwrap_or_default()))
+        }
+        _ => Err(format!("nested `{name}` on split values")),
+    }
 }
 
 /// Same-shaped whole body inputs take the layout of a split one (`ins` by `avals`);
@@ -375,10 +441,39 @@ pub(super) fn loop_per_device(b: &mut Builder, vals: &mut HashMap<u32, Val>, e: 
     Ok(Some(res))
 }
 
-/// `j` with every nested `jit` (a `pjit` equation without constants or effects) inlined:
-/// its equations with fresh ids, its results substituted where they are used.
+/// Whether `j` (or a control-flow body in it) holds a `pjit` equation `inline_pjits` inlines.
+fn has_inlinable_pjit(j: &Jaxpr) -> bool {
+    j.eqns.iter().any(|e| match &e.primitive {
+        Primitive::Pjit { jaxpr, .. } => jaxpr.consts.is_empty() && !jaxpr.jaxpr.has_effects(),
+        p @ (Primitive::Scan { .. } | Primitive::While { .. } | Primitive::Cond { .. }) => p.sub_jaxprs().into_iter().any(has_inlinable_pjit),
+        _ => false,
+    })
+}
+
+/// A control-flow primitive with the nested `jit`s of its bodies inlined (each body in its
+/// own id space), so loops calling jitted functions can run per device; others unchanged.
+fn inline_in_bodies(p: &Primitive) -> Primitive {
+    use Primitive::*;
+    match p {
+        Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } if has_inlinable_pjit(jaxpr) => {
+            Scan { jaxpr: Box::new(inline_pjits(jaxpr)), length: *length, reverse: *reverse, unroll: *unroll, num_consts: *num_consts, num_carry: *num_carry }
+        }
+        While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } if has_inlinable_pjit(cond_jaxpr) || has_inlinable_pjit(body_jaxpr) => While {
+            cond_jaxpr: Box::new(inline_pjits(cond_jaxpr)),
+            body_jaxpr: Box::new(inline_pjits(body_jaxpr)),
+            cond_nconsts: *cond_nconsts,
+            body_nconsts: *body_nconsts,
+        },
+        Cond { branches } if branches.iter().any(has_inlinable_pjit) => Cond { branches: branches.iter().map(inline_pjits).collect() },
+        p => p.clone(),
+    }
+}
+
+/// `j` with every nested `jit` (a `pjit` equation without constants or effects) inlined,
+/// also inside control-flow bodies: its equations with fresh ids, its results substituted
+/// where they are used.
 pub(super) fn inline_pjits(j: &Jaxpr) -> Jaxpr {
-    if !j.eqns.iter().any(|e| matches!(&e.primitive, Primitive::Pjit { jaxpr, .. } if jaxpr.consts.is_empty() && !jaxpr.jaxpr.has_effects())) {
+    if !has_inlinable_pjit(j) {
         return j.clone();
     }
     let mut next = crate::lax::control::max_id(j) + 1;
@@ -415,7 +510,7 @@ pub(super) fn inline_pjits(j: &Jaxpr) -> Jaxpr {
                     subst.insert(o.id, sub(&m, a));
                 }
             }
-            _ => eqns.push(Eqn { inputs, ..e.clone() }),
+            p => eqns.push(Eqn { inputs, primitive: inline_in_bodies(p), ..e.clone() }),
         }
     }
     let outvars = j.outvars.iter().map(|a| sub(&subst, a)).collect();
