@@ -108,10 +108,11 @@ fn loop_bodies_with_matmuls_and_local_reductions_run_per_device() {
     assert!(!text.contains("all_gather["), "{text}");
 }
 
-/// A body that is not shard-local (a sum over the split dim) runs whole, right, and the
-/// note says why.
+/// A body reducing over the split dim runs per device with the all-reduce inside it (a
+/// `psum` per iteration, no all-gather), equal to the unsharded call; a body that is not
+/// shard-local (a reshape moving the split dim) runs whole, right, and the note says why.
 #[test]
-fn a_body_reducing_a_split_dim_runs_whole_and_says_why() {
+fn a_body_reducing_a_split_dim_all_reduces_inside_it() {
     eight_cpu_devices();
     let mesh = mesh8();
     let (x, _) = host_array(&[32, 4], 35);
@@ -119,10 +120,47 @@ fn a_body_reducing_a_split_dim_runs_whole_and_says_why() {
         lax::fori_loop(0, 3, |(_, h): (Array, Array)| -> Result<Array> { Ok(&h / &(h.abs().sum() + 1.0)) }, x)
     });
     let px = put(&x, &mesh, P!("i", None));
-    assert_close_f32(&f.call(&px).unwrap(), &f.call(&x).unwrap(), 1e-6);
+    let z = f.call(&px).unwrap();
+    assert_close_f32(&z, &f.call(&x).unwrap(), 1e-6);
+    assert_eq!(typeof_(&z).to_string(), "float32[32@i,4]");
     let text = plan_text(&f, &px);
-    assert_eq!(control_notes(&text), vec!["scan: runs whole (operands all-gathered): `reduce_sum` over a split dim".to_string()]);
-    assert!(text.contains("all_gather["), "{text}");
+    assert_eq!(control_notes(&text), vec!["scan: runs per device (its body is shard-local on blocks); 1 all-reduce inside its body, per iteration".to_string()]);
+    assert!(!text.contains("all_gather[") && text.contains("pure_callback[") && text.contains("callback=<function psum>"), "{text}");
+    // max over the split dim: pmax inside the body.
+    let g = jit(|x: Array| -> Result<Array> {
+        lax::fori_loop(0, 2, |(_, h): (Array, Array)| -> Result<Array> { Ok(&h - &(jnp::max(&h, None)? * 0.5)) }, x)
+    });
+    assert_close_f32(&g.call(&px).unwrap(), &g.call(&x).unwrap(), 1e-6);
+    assert!(plan_text(&g, &px).contains("callback=<function pmax>"));
+    // Not shard-local: a reshape merging the split dim into a smaller minor position.
+    let h = jit(|x: Array| -> Result<Array> {
+        lax::fori_loop(0, 2, |(_, h): (Array, Array)| -> Result<Array> { Ok(jnp::transpose(&h, None)?.reshape(&[32, 4]) * 0.5) }, x)
+    });
+    assert_close_f32(&h.call(&px).unwrap(), &h.call(&x).unwrap(), 1e-6);
+    let notes = control_notes(&plan_text(&h, &px));
+    assert_eq!(notes.len(), 1);
+    assert!(notes[0].starts_with("scan: runs whole (operands all-gathered): "), "{notes:?}");
+}
+
+/// A matmul contracting the split dim inside a loop body (`a` f32[4,16] split along its
+/// columns, `b` f32[16] split alike, over an `Auto` mesh): each device's partial product is
+/// all-reduced inside the body, the whole carry stays whole; equal to the unsharded call.
+#[test]
+fn a_body_contracting_a_split_dim_all_reduces_inside_it() {
+    eight_cpu_devices();
+    let mesh = make_mesh(&[8], &["i"], Some(&[AxisType::Auto])).unwrap();
+    let (a, _) = host_array(&[4, 16], 40);
+    let (b, _) = host_array(&[16], 41);
+    let c0 = jnp::ones(&[4], DType::F32) * 0.1;
+    let f = jit(|(c, a, b): (Array, Array, Array)| -> Result<Array> {
+        lax::fori_loop(0, 3, move |(_, c): (Array, Array)| -> Result<Array> { Ok((&c + &a.matmul(&(&b * &c.sum()))).tanh()) }, c)
+    });
+    let (pa, pb) = (put(&a, &mesh, P!(None, "i")), put(&b, &mesh, P!("i")));
+    let z = f.call((&c0, &pa, &pb)).unwrap();
+    assert_close_f32(&z, &f.call((&c0, &a, &b)).unwrap(), 1e-5);
+    let text = plan_text(&f, (&c0, &pa, &pb));
+    assert_eq!(control_notes(&text), vec!["scan: runs per device (its body is shard-local on blocks); 1 all-reduce inside its body, per iteration".to_string()], "{text}");
+    assert!(!text.contains("all_gather["), "{text}");
 }
 
 /// A nested `jit` over sharded arrays is inlined into the partition: the outer program
@@ -174,12 +212,12 @@ fn nested_loops_and_conds_with_local_bodies_run_per_device() {
     assert!(!text.contains("all_gather["), "{text}");
     // The nested loop's body works on 4-row blocks.
     assert!(text.contains("f32[4,8] = dot_general"), "{text}");
-    // A nested loop reducing over the split dim: the outer loop runs whole and says why.
+    // A nested loop reducing over the split dim: its all-reduce inside the nested body.
     let g = jit(|x: Array| -> Result<Array> {
         lax::fori_loop(0, 2, |(_, h): (Array, Array)| -> Result<Array> {
             lax::fori_loop(0, 2, |(_, g): (Array, Array)| -> Result<Array> { Ok(&g / &(g.abs().sum() + 1.0)) }, h)
         }, x)
     });
     assert_close_f32(&g.call(&px).unwrap(), &g.call(&x).unwrap(), 1e-6);
-    assert_eq!(control_notes(&plan_text(&g, &px)), vec!["scan: runs whole (operands all-gathered): `reduce_sum` over a split dim".to_string()]);
+    assert_eq!(control_notes(&plan_text(&g, &px)), vec!["scan: runs per device (its body is shard-local on blocks); 1 all-reduce inside its body, per iteration".to_string()]);
 }

@@ -6,8 +6,13 @@
 //! walks the body with the propagation's rules restricted to the local cases:
 //! - elementwise equations whose non-0-d operands share one layout (0-d ones are whole);
 //! - `dot_general` contracting unsplit dims (batch dims split alike), e.g. a block of rows
-//!   times a replicated weight;
-//! - reductions over unsplit dims; `broadcast_in_dim` (new dims whole, its shape param
+//!   times a replicated weight; contracting dims split alike on both operands give each
+//!   device a partial product, all-reduced (`psum`) inside the body;
+//! - reductions: over unsplit dims local; over split dims the local reduction then an
+//!   all-reduce (`psum`/`pmax`/`pmin`) inside the body. Such an all-reduce is a host call
+//!   the compiled loop makes on its device's thread (`collective_call`), meeting the other
+//!   devices at the collectives' barrier each iteration; its result is whole;
+//! - `broadcast_in_dim` (new dims whole, its shape param
 //!   rewritten to the block), `transpose` and `reshape` keeping a split dim the major dim
 //!   of its group;
 //! - any equation whose operands are all whole (replicated: every device computes it).
@@ -15,8 +20,8 @@
 //! - nested `scan`/`while`/`cond` whose own bodies are shard-local under the operands'
 //!   layouts, carries keeping theirs (`nested_local`);
 //!
-//! Anything else on split values (a reduction over a split dim, a contraction of one, a
-//! reshape, a gather, ...) is not local. Layouts are
+//! Anything else on split values (a contraction of dims split differently, a reshape
+//! moving a split dim, a gather, ...) is not local. Layouts are
 //! chosen by a small fixpoint: the operands' own layouts first; same-shaped whole operands
 //! then take a split operand's layout (a local slice), and whole values a body broadcasts
 //! from whole ones are broadcast straight to the block where a split value needs them; a carry whose body result comes
@@ -88,6 +93,9 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
         let all_whole = in_dims.iter().all(is_whole);
         let outs_g: Vec<&ShapedArray> = e.outputs.iter().map(|v| &v.aval).collect();
         use Primitive::*;
+        // An all-reduce over these axes follows the equation (a contraction or reduction of a
+        // split dim: each device's partial result, summed / maxed across the devices).
+        let mut reduce: Option<crate::ir::Collective> = None;
         let (primitive, out_dims): (Primitive, Vec<Dims>) = match &e.primitive {
             p if all_whole => (p.clone(), outs_g.iter().map(|a| replicated(a.ndim())).collect()),
             Scan { .. } | While { .. } | Cond { .. } => nested_local(b, &e.primitive, &in_dims)?,
@@ -124,8 +132,17 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
             }
             DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, .. } if in_dims.len() == 2 => {
                 let (l, r) = (&in_dims[0], &in_dims[1]);
-                if lhs_contracting.iter().any(|&k| !l[k].is_empty()) || rhs_contracting.iter().any(|&k| !r[k].is_empty()) {
-                    return Err("`dot_general` contracts a split dim".into());
+                // Contracting dims split alike on both operands: a partial product per device,
+                // all-reduced (`psum`) inside the body.
+                let mut sum_axes: Vec<String> = vec![];
+                for (&x, &y) in lhs_contracting.iter().zip(rhs_contracting) {
+                    if l[x] != r[y] {
+                        return Err("`dot_general` contracts dims split differently".into());
+                    }
+                    sum_axes.extend(l[x].iter().cloned());
+                }
+                if !sum_axes.is_empty() {
+                    reduce = Some(crate::ir::Collective::Psum { axes: sum_axes });
                 }
                 let mut o: Dims = vec![];
                 for (&x, &y) in lhs_batch.iter().zip(rhs_batch) {
@@ -139,8 +156,14 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
                 (e.primitive.clone(), vec![o])
             }
             ReduceSum { axes } | ReduceMax { axes } | ReduceMin { axes } if in_dims.len() == 1 => {
-                if axes.iter().any(|&k| !in_dims[0][k].is_empty()) {
-                    return Err(format!("`{name}` over a split dim"));
+                // Over split dims: the local reduction, then an all-reduce inside the body.
+                let split: Vec<String> = axes.iter().flat_map(|&k| in_dims[0][k].iter().cloned()).collect();
+                if !split.is_empty() {
+                    reduce = Some(match &e.primitive {
+                        ReduceMax { .. } => crate::ir::Collective::Pmax { axes: split },
+                        ReduceMin { .. } => crate::ir::Collective::Pmin { axes: split },
+                        _ => crate::ir::Collective::Psum { axes: split },
+                    });
                 }
                 (e.primitive.clone(), vec![in_dims[0].iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, a)| a.clone()).collect()])
             }
@@ -182,7 +205,17 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
             outputs.push(pv.clone());
             env.insert(v.id, (d.clone(), pv));
         }
-        eqns.push(Eqn { primitive, inputs, outputs, ..e.clone() });
+        match (reduce, outputs.as_slice()) {
+            (Some(c), [out]) => {
+                // The partial result into a fresh var, then the all-reduce into the output.
+                let partial = Var { id: next_id, aval: out.aval.clone() };
+                next_id += 1;
+                eqns.push(Eqn { primitive, inputs, outputs: vec![partial.clone()], ..e.clone() });
+                eqns.push(Eqn { primitive: collective_call(c, &out.aval), inputs: vec![Atom::Var(partial)], outputs: outputs.clone(), ..e.clone() });
+            }
+            (Some(_), _) => return Err(format!("`{name}` with several results over a split dim")),
+            (None, _) => eqns.push(Eqn { primitive, inputs, outputs, ..e.clone() }),
+        }
     }
     let mut outvars = vec![];
     let mut out_dims = vec![];
@@ -200,6 +233,33 @@ fn local_jaxpr(b: &Builder, j: &Jaxpr, ins: &[Dims]) -> std::result::Result<(Jax
         }
     }
     Ok((Jaxpr { constvars: vec![], invars, eqns, outvars }, out_dims))
+}
+
+/// A collective inside a per-device loop body, as a host call the compiled loop makes on
+/// its device's thread: `runtime::collectives::run` there meets the other devices at the
+/// barrier (every device runs the same trip counts, so they meet in the same order). The
+/// partitioner's own collectives cut the program into segments; inside a compiled loop
+/// this call is the cut. Shows as `pure_callback[callback=<function psum> …]`.
+fn collective_call(c: crate::ir::Collective, out: &ShapedArray) -> Primitive {
+    let name = c.name().to_string();
+    let aval = out.clone();
+    let f: crate::transform::callbacks::HostFn = std::sync::Arc::new(move |args: &[crate::trace::Array]| {
+        let x = args.first().and_then(|a| a.device().cloned()).ok_or_else(|| crate::error::Error::runtime("internal: collective without operand"))?;
+        let r = crate::runtime::collectives::run(&c, Some(&x), &aval)?;
+        Ok(vec![crate::trace::Array::from_device(r)])
+    });
+    let id = crate::transform::callbacks::register_internal(&name, vec![out.clone()], f);
+    Primitive::PureCallback { callback: id, name, result_avals: vec![out.clone()], vmap_method: None }
+}
+
+/// The collectives `collective_call` put in `p`'s bodies (the partitioner's only host calls
+/// there: a user's callback sends the program to the gather path).
+fn count_collective_calls(p: &Primitive) -> usize {
+    p.sub_jaxprs()
+        .into_iter()
+        .flat_map(|j| j.eqns.iter())
+        .map(|e| usize::from(matches!(e.primitive, Primitive::PureCallback { .. })) + count_collective_calls(&e.primitive))
+        .sum()
 }
 
 /// A `scan`, `while` or `cond` inside a body, on operands laid out as `ins`: its own bodies
@@ -432,12 +492,18 @@ pub(super) fn loop_per_device(b: &mut Builder, vals: &mut HashMap<u32, Val>, e: 
             }
         }
     }
+    let reduces = count_collective_calls(&p);
     let outs = b.emit(p, ins, out_avals, Some(e));
     for ((g, v), d) in e.outputs.iter().zip(outs).zip(&res) {
         vals.insert(g.id, Val { var: v, dims: d.clone(), partial: None });
     }
     let xs = if gathered_xs { "; xs split along the scanned dim were all-gathered along it first" } else { "" };
-    b.notes.push(format!("{name}{where_}: runs per device (its body is shard-local on blocks){xs}"));
+    let ar = match reduces {
+        0 => String::new(),
+        1 => "; 1 all-reduce inside its body, per iteration".to_string(),
+        n => format!("; {n} all-reduces inside its body, per iteration"),
+    };
+    b.notes.push(format!("{name}{where_}: runs per device (its body is shard-local on blocks){ar}{xs}"));
     Ok(Some(res))
 }
 

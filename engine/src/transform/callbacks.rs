@@ -84,6 +84,13 @@ fn register(e: Entry) -> CallbackId {
     id
 }
 
+/// Registers an engine-internal host function `f` named `name` returning `avals` (the
+/// partitioner's collectives inside per-device loop bodies, `partition/loops.rs`); the id
+/// a `pure_callback` equation fires. Its failures read `collective `psum` failed: …`.
+pub(crate) fn register_internal(name: &str, avals: Vec<ShapedArray>, f: HostFn) -> CallbackId {
+    register(Entry { f, name: name.to_string(), what: "collective", avals })
+}
+
 /// The name of a Rust function type as a callback name: the last path segment of a
 /// function item (`host_sin`), `<closure>` for a closure.
 pub(super) fn callback_name<F>() -> String {
