@@ -557,7 +557,8 @@ pub fn mesh(m: Option<&crate::sharding::Mesh>) -> Result<crate::display::shardin
 pub fn help() -> Text {
     Text(
         "jaxrepl magics (one per cell, on its own line: the first, or after Rust statements, which run first;\n\
-         CALL is an expression such as f.call(&x) and runs to the end of the cell):\n\
+         CALL is an expression such as f.call(&x); it ends with the line that closes its brackets,\n\
+         and the lines after it run as Rust once the magic has shown its output):\n\
          \x20 %jaxpr CALL     the jaxpr of the jitted function CALL runs\n\
          \x20 %lower CALL     its lowered MLIR module (tensor level, upstream dialects)\n\
          \x20 %compile CALL   the optimized module after the compile pipeline (sharded call: the per-device program)\n\

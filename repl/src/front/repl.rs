@@ -2,8 +2,10 @@
 //!
 //! Enter submits a cell once its brackets, strings and block comments are closed
 //! ([`Session::is_complete`]); otherwise it adds a line (two empty lines force a submit).
-//! Ctrl-C at the prompt clears the line; Ctrl-C while a cell runs interrupts it; Ctrl-D
-//! on an empty line exits. History is kept in `<cache>/history.txt`.
+//! Ctrl-C at the prompt clears the line (and any pending lines of an unfinished cell);
+//! Ctrl-C while a cell runs interrupts it; Ctrl-D on an empty line exits. At a dumb
+//! terminal (`TERM=dumb`, where rustyline has no raw mode) [`run_dumb`] reads lines
+//! itself, with the same rules. History is kept in `<cache>/history.txt`.
 //! Input typed ahead or pasted without bracketed paste (lines separated by LF, Ctrl-J: the
 //! same key as Enter) runs line by line, each complete line a cell: rustyline's
 //! `buffer-redux` feature keeps what it has read past a submitted line for the next prompt.
@@ -23,6 +25,8 @@ use rustyline::{CompletionType, Config, Context, Editor, Helper};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// rustyline helper: validation and completion through the session, Rust highlighting.
@@ -98,7 +102,17 @@ pub fn run(opts: SessionOptions) -> Result<bool> {
     // Ctrl-C during a cell: the terminal is not in raw mode then, so it arrives as SIGINT.
     // (At the prompt rustyline reads it as a key.) Another handler may exist already when
     // embedded; that is not fatal.
-    let _ = ctrlc::set_handler(move || interrupt.interrupt());
+    // At a dumb terminal's prompt (no raw mode) Ctrl-C also arrives as SIGINT: it then
+    // discards the pending input (`run_dumb`).
+    let discard = Arc::new(DumbCtrlC::default());
+    let at_prompt = discard.clone();
+    let _ = ctrlc::set_handler(move || {
+        if interrupt.executing() {
+            interrupt.interrupt();
+        } else {
+            at_prompt.pressed();
+        }
+    });
     let config = Config::builder()
         .completion_type(CompletionType::List)
         .auto_add_history(false)
@@ -116,6 +130,10 @@ pub fn run(opts: SessionOptions) -> Result<bool> {
     }
     if !std::io::stdin().is_terminal() {
         return run_piped(&session, &printer);
+    }
+    if dumb_terminal() {
+        run_dumb(&session, &printer, &discard)?;
+        return Ok(true);
     }
     let mut count = 1;
     loop {
@@ -170,6 +188,90 @@ fn run_cell(session: &RefCell<Session>, printer: &Printer, count: usize, line: &
     status
 }
 
+/// Whether rustyline treats the terminal as unsupported (no raw mode, no line editing):
+/// `TERM` is `dumb`, `cons25` or `emacs` (rustyline's list).
+fn dumb_terminal() -> bool {
+    std::env::var("TERM").is_ok_and(|t| ["dumb", "cons25", "emacs"].iter().any(|d| d.eq_ignore_ascii_case(&t)))
+}
+
+/// The prompt at a dumb terminal (`TERM=dumb`: an editor's shell buffer, a plain serial
+/// console): lines are read as the terminal's line discipline delivers them and gathered
+/// into cells as with piped input (a cell ends where its brackets, strings and comments
+/// close; two empty lines end it anyway), with `In [n]: ` and `   ...: ` prompts. Ctrl-C
+/// (SIGINT, the terminal not being in raw mode) discards the pending lines and shows the
+/// prompt again, as Ctrl-C does in a continuation line of the full-screen prompt;
+/// Ctrl-D at the prompt exits.
+fn run_dumb(session: &RefCell<Session>, printer: &Printer, discard: &DumbCtrlC) -> Result<()> {
+    use std::io::Write;
+    let mut cells = PipedCells::default();
+    let mut count = 1;
+    let prompt = |count: usize, pending: bool| {
+        let p = format!("In [{count}]: ");
+        if pending { format!("{:>width$}", "...: ", width = p.len()) } else { p }
+    };
+    discard.take();
+    loop {
+        print!("{}", prompt(count, cells.pending()));
+        let _ = std::io::stdout().flush();
+        discard.set_fresh_prompt(Some(prompt(count, false)));
+        let mut line = String::new();
+        // A SIGINT does not end the blocking read (the handler's thread takes it, and
+        // shows the fresh prompt); the line that follows it starts a new cell.
+        let read = std::io::stdin().read_line(&mut line)?;
+        discard.set_fresh_prompt(None);
+        if discard.take() {
+            cells.clear();
+            if read == 0 {
+                continue;
+            }
+        }
+        if read == 0 {
+            println!();
+            if let Some(Err(error)) = cells.finish(|c| session.borrow().is_complete(c)) {
+                printer.print(&error);
+            }
+            return Ok(());
+        }
+        if let Some(cell) = cells.push(&line, |c| session.borrow().is_complete(c)) {
+            run_cell(session, printer, count, &cell);
+            discard.take();
+            count += 1;
+        }
+    }
+}
+
+/// Ctrl-C at a dumb terminal's prompt (see [`run_dumb`]): set from the SIGINT handler's
+/// thread, read by the prompt loop.
+#[derive(Default)]
+struct DumbCtrlC {
+    /// Ctrl-C was pressed since the loop last looked: drop the pending lines.
+    discard: AtomicBool,
+    /// The prompt of a new cell, while the loop waits for a line (shown on Ctrl-C).
+    fresh: std::sync::Mutex<Option<String>>,
+}
+
+impl DumbCtrlC {
+    /// Called on SIGINT outside a cell.
+    fn pressed(&self) {
+        use std::io::Write;
+        self.discard.store(true, Ordering::SeqCst);
+        if let Some(p) = self.fresh.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\n{p}");
+            let _ = out.flush();
+        }
+    }
+
+    fn set_fresh_prompt(&self, p: Option<String>) {
+        *self.fresh.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+
+    /// Whether Ctrl-C was pressed since the last call.
+    fn take(&self) -> bool {
+        self.discard.swap(false, Ordering::SeqCst)
+    }
+}
+
 /// Input from a pipe or file (`printf 'let a = 1;\n' | jaxrepl`): lines are gathered into
 /// cells as at the prompt (a cell ends where its brackets, strings and comments close;
 /// two empty lines end it anyway), and input still incomplete at the end of the file is
@@ -207,6 +309,16 @@ struct PipedCells {
 }
 
 impl PipedCells {
+    /// Whether lines of an unfinished cell are waiting.
+    fn pending(&self) -> bool {
+        !self.buffer.is_empty()
+    }
+
+    /// Drops the lines of the unfinished cell.
+    fn clear(&mut self) {
+        self.buffer.clear();
+    }
+
     /// Adds `line` (with its newline, if any); returns a cell when one is complete.
     fn push(&mut self, line: &str, complete: impl Fn(&str) -> Completeness) -> Option<String> {
         self.buffer.push_str(line);
@@ -236,7 +348,13 @@ impl PipedCells {
             return Some(Ok(rest.to_string()));
         }
         let mut traceback = vec!["IncompleteInput: incomplete input at end of file (an unclosed bracket, string or comment); it did not run:".to_string()];
-        traceback.extend(rest.trim_start_matches('\n').lines().map(|l| format!("    {l}")));
+        let text = rest.trim_start_matches('\n');
+        traceback.extend(text.lines().map(|l| format!("    {l}")));
+        // Which delimiter is open, on its line, with the fix (as for a cell that ran).
+        if let Some(Output::Error { traceback: detail, .. }) = crate::session::unclosed_error(text) {
+            traceback.push(String::new());
+            traceback.extend(detail);
+        }
         Some(Err(Output::Error {
             ename: "IncompleteInput".into(),
             evalue: format!("incomplete input at end of file: {}", rest.trim()),
@@ -262,6 +380,7 @@ mod tests {
         let Some(Err(Output::Error { ename, evalue, traceback })) = cells.finish(complete) else { panic!() };
         assert_eq!((ename.as_str(), evalue.as_str()), ("IncompleteInput", "incomplete input at end of file: let b = (a +"));
         assert_eq!(traceback[1], "    let b = (a +");
+        assert_eq!(traceback[3], "IncompleteInput: unclosed `(` opened at cell line 1, column 9: the cell ends before it is closed");
         // A last line without its newline still runs; nothing left gives nothing.
         assert_eq!(cells.push("a + 1", complete), Some("a + 1".to_string()));
         assert!(cells.finish(complete).is_none());

@@ -239,6 +239,11 @@ impl InterruptHandle {
     /// the session kills the child, restarts it and reports the lost variables. While an
     /// execute still waits for the session to start, it returns `Interrupted` at once
     /// (start-up goes on). Does nothing when no execute is in progress.
+    /// Whether a cell is being executed (or waits for the session to start) now.
+    pub fn executing(&self) -> bool {
+        self.shared.executing.load(Ordering::SeqCst)
+    }
+
     pub fn interrupt(&self) {
         if !self.shared.executing.load(Ordering::SeqCst) {
             return;

@@ -182,6 +182,86 @@ fn scan_code(code: &str, visit: &mut dyn FnMut(usize, u8)) -> Brackets {
     if stack.is_empty() { Brackets::Balanced } else { Brackets::Unclosed(stack) }
 }
 
+/// The error for a cell that ends inside a bracket, string or block comment (`let v =
+/// vec![1, 2;`): the innermost unclosed delimiter, shown on the user's line and column
+/// with what would close it. rustc would instead report a "mismatched closing delimiter"
+/// at the brace of the session's generated wrapper, which the user never wrote. The rule
+/// is the one the terminal prompt uses to wait for more lines ([`is_complete`]); `None`
+/// when the cell is complete (or has a mismatched closer, which rustc reports on the
+/// user's own lines).
+pub fn unclosed_error(code: &str) -> Option<super::Output> {
+    let (head, at, label, fix) = match scan_brackets(code) {
+        Brackets::Balanced | Brackets::Mismatched { .. } => return None,
+        Brackets::Unclosed(open) => {
+            let &(c, at) = open.last()?;
+            let (line, column) = line_column(code, at);
+            let closers: String = open.iter().rev().map(|(o, _)| closer(*o)).collect();
+            let outer = if open.len() > 1 {
+                let others: Vec<String> = open[..open.len() - 1]
+                    .iter()
+                    .rev()
+                    .map(|&(o, oat)| {
+                        let (l, col) = line_column(code, oat);
+                        format!("`{o}` at line {l}, column {col}")
+                    })
+                    .collect();
+                format!(" (inside the unclosed {})", others.join(", "))
+            } else {
+                String::new()
+            };
+            (
+                format!("unclosed `{c}` opened at cell line {line}, column {column}{outer}: the cell ends before it is closed"),
+                at,
+                format!("unclosed `{c}`"),
+                if open.len() > 1 {
+                    format!("close them (`{closers}` in that order, where each one ends), or remove them")
+                } else {
+                    format!("close it with `{closers}` where its expression ends, or remove it")
+                },
+            )
+        }
+        Brackets::Unterminated { what, at, .. } => {
+            let (line, column) = line_column(code, at);
+            let close = if what == "block comment" { "`*/`" } else { "its closing quote" };
+            (
+                format!("unterminated {what} starting at cell line {line}, column {column}: the cell ends inside it"),
+                at,
+                format!("unterminated {what}"),
+                format!("end the {what} with {close}"),
+            )
+        }
+    };
+    let (line, column) = line_column(code, at);
+    let text = code.lines().nth(line - 1).unwrap_or("");
+    let num = line.to_string();
+    let pad = " ".repeat(num.len());
+    let traceback = vec![
+        format!("IncompleteInput: {head}"),
+        format!("{pad}--> cell:{line}:{column}"),
+        format!("{pad} |"),
+        format!("{num} | {text}"),
+        format!("{pad} | {}^ {label}", " ".repeat(column - 1)),
+        format!("fix: {fix}"),
+    ];
+    Some(super::Output::Error { ename: "IncompleteInput".into(), evalue: format!("{head}; {fix}"), traceback })
+}
+
+/// The closing bracket of `open`.
+fn closer(open: char) -> char {
+    match open {
+        '(' => ')',
+        '[' => ']',
+        _ => '}',
+    }
+}
+
+/// Line and column (both 1-based; the column in characters) of byte offset `at` of `code`.
+fn line_column(code: &str, at: usize) -> (usize, usize) {
+    let at = clamp_to_boundary(code, at);
+    let line_start = code[..at].rfind('\n').map_or(0, |i| i + 1);
+    (code[..at].matches('\n').count() + 1, code[line_start..at].chars().count() + 1)
+}
+
 fn indent(depth: usize) -> String {
     " ".repeat(4 * depth)
 }
@@ -347,5 +427,36 @@ mod tests {
         assert_eq!(word_before("é", 1), (0, ""));
         assert_eq!(word_at("f.call(&xyz)", 9), "xyz");
         assert_eq!(word_at("jnp::arange(8.0)", 6), "jnp::arange");
+    }
+
+    #[test]
+    fn an_unclosed_delimiter_names_the_users_line_and_the_fix() {
+        let Some(super::super::Output::Error { ename, evalue, traceback }) = unclosed_error("let v = vec![1, 2;") else { panic!() };
+        assert_eq!(ename, "IncompleteInput");
+        assert_eq!(
+            evalue,
+            "unclosed `[` opened at cell line 1, column 13: the cell ends before it is closed; close it with `]` where its expression ends, or remove it"
+        );
+        assert_eq!(
+            traceback,
+            vec![
+                "IncompleteInput: unclosed `[` opened at cell line 1, column 13: the cell ends before it is closed",
+                " --> cell:1:13",
+                "  |",
+                "1 | let v = vec![1, 2;",
+                "  |             ^ unclosed `[`",
+                "fix: close it with `]` where its expression ends, or remove it",
+            ]
+        );
+        // Nested: the innermost is shown, the outer ones named; non-ASCII columns count chars.
+        let Some(super::super::Output::Error { evalue, traceback, .. }) = unclosed_error("let é = 1;\nfn f() {\n    let t = (é, 2;") else { panic!() };
+        assert!(evalue.starts_with("unclosed `(` opened at cell line 3, column 13 (inside the unclosed `{` at line 2, column 8)"), "{evalue}");
+        assert!(evalue.ends_with("close them (`)}` in that order, where each one ends), or remove them"), "{evalue}");
+        assert_eq!(traceback[3], "3 |     let t = (é, 2;");
+        let Some(super::super::Output::Error { evalue, .. }) = unclosed_error("let s = \"abc;") else { panic!() };
+        assert_eq!(evalue, "unterminated string starting at cell line 1, column 9: the cell ends inside it; end the string with its closing quote");
+        // Complete cells and mismatched closers (rustc's own message is on the user's lines) give none.
+        assert_eq!(unclosed_error("let v = vec![1, 2];"), None);
+        assert_eq!(unclosed_error("fn g() {\n    let b = (1, 2;\n}"), None);
     }
 }

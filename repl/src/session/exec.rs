@@ -178,6 +178,25 @@ impl Session {
                 }
             }
         }
+        // Rust after a magic's argument runs as its own evaluation once the magic has run
+        // (its output shown first), with the cell's number and line numbers.
+        if let Some(at) = magic::split_after_magic(code) {
+            let label = self.execution_count.unwrap_or(self.cells_run + 1);
+            let first = self.execute_magic(&code[..at], sink);
+            if first != ExecStatus::Ok {
+                return if failed { ExecStatus::Error } else { first };
+            }
+            self.execution_count = Some(label);
+            let rest = format!("{}{}", "\n".repeat(code[..at].matches('\n').count()), &code[at..]);
+            let status = self.run_cell(&rest, &rest, None, sink);
+            return if failed && status == ExecStatus::Ok { ExecStatus::Error } else { status };
+        }
+        let status = self.execute_magic(code, sink);
+        if failed && status == ExecStatus::Ok { ExecStatus::Error } else { status }
+    }
+
+    /// Rewrites a magic in `code` (if any) and runs the result.
+    fn execute_magic(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> ExecStatus {
         let user_code = code;
         let (rewrite, magic_columns) = magic::rewrite_mapped(code);
         let code = match rewrite {
@@ -188,12 +207,11 @@ impl Session {
             }
             Rewrite::Code(c) if !self.opts.prelude && c.trim() == "jax::magic::help()" => {
                 sink(Output::Display(vec![("text/plain".into(), magic::help_text())]));
-                return if failed { ExecStatus::Error } else { ExecStatus::Ok };
+                return ExecStatus::Ok;
             }
             Rewrite::Code(c) => c,
         };
-        let status = self.run_cell(&code, user_code, magic_columns, sink);
-        if failed && status == ExecStatus::Ok { ExecStatus::Error } else { status }
+        self.run_cell(&code, user_code, magic_columns, sink)
     }
 
     /// Evaluates `code` in the ready context, streaming outputs, and handles the result.
@@ -224,11 +242,12 @@ impl Session {
         let vars_before = self.vars.clone();
         let label = self.execution_count.take().unwrap_or(cell_number);
         let located = located_code(ctx, &self.slot, label, code);
-        // Sorts the child's stderr: `?` errors, the stack-overflow line, text.
-        let mut router = qmark::StderrRouter::new(label, code);
-        let shift = usize::from(located.is_some());
+        // Sorts the child's stderr: `?` errors, the stack-overflow line, `dbg!` locations, text.
+        let lib_rs = self.slot.dir().join("src").join("lib.rs");
+        let mut router = qmark::StderrRouter::new(label, code).with_generated(lib_rs);
+        let inserted = located.as_ref().map(|(_, at)| *at);
         let rewritten = code;
-        let code = located.as_deref().unwrap_or(code);
+        let code = located.as_ref().map_or(code, |(c, _)| c.as_str());
         let shared = self.shared.clone();
         let cell_pid = shared.child_pid();
         shared.in_cell.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -359,7 +378,10 @@ impl Session {
                 ExecStatus::Interrupted
             }
             Ok(Err(evcxr::Error::CompilationErrors(errors))) => {
-                sink(render::compile_errors(&errors, user_code, shift, magic));
+                // A cell ending inside a bracket or string: rustc would point at the
+                // session's wrapper brace; the user's unclosed delimiter is named instead.
+                let unclosed = if magic.is_none() { super::complete::unclosed_error(user_code) } else { None };
+                sink(unclosed.unwrap_or_else(|| render::compile_errors(&errors, user_code, inserted, magic)));
                 ExecStatus::Error
             }
             Ok(Err(evcxr::Error::TypeRedefinedVariablesLost(lost))) => {
@@ -483,16 +505,20 @@ fn compiling_now() -> bool {
     false
 }
 
-/// `code` with one line of session code in front: the `?` stop hook (`qmark::STOP_HOOK`)
+/// `code` with one line of session code put in: the `?` stop hook (`qmark::STOP_HOOK`)
 /// and, with the engine, the call that registers the cell's lines with the engine
-/// (`jax::interactive::enter_cell`: engine locations then read `cell N, line L`); `None`
-/// when there is nothing to add or the cell holds evcxr `:` commands. Compile errors
-/// shift their line numbers back by one.
-fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<String> {
-    let command = |l: &str| l.trim_start().starts_with(':') && !l.trim_start().starts_with("::");
-    if !(ctx.engine || ctx.stop_hook) || code.lines().any(command) {
+/// (`jax::interactive::enter_cell`: engine locations then read `cell N, line L`); with the
+/// line (1-based) it takes, or `None` when there is nothing to add or the cell has no Rust
+/// code (only evcxr `:` commands). evcxr reads `:` commands and `!` shell lines only before
+/// the cell's first line of Rust (blank lines and `//` comments may sit between them), so
+/// the session's line goes right before that first line of Rust: a cell that mixes
+/// commands (`:timing`, `:efmt`) with code gets the same `?` errors and locations as any
+/// other. Compile errors below that line shift their line numbers back by one.
+fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<(String, usize)> {
+    if !(ctx.engine || ctx.stop_hook) {
         return None;
     }
+    let at = first_rust_line(code)?;
     let mut first = String::new();
     if ctx.stop_hook {
         first.push_str(qmark::STOP_HOOK);
@@ -501,7 +527,28 @@ fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<String
         let lib_rs = slot.dir().join("src").join("lib.rs");
         first.push_str(&format!(" jax::interactive::enter_cell({label}, {:?}, {code:?});", lib_rs.to_string_lossy()));
     }
-    Some(format!("{first}\n{code}"))
+    let line = code[..at].matches('\n').count() + 1;
+    Some((format!("{}{first}\n{}", &code[..at], &code[at..]), line))
+}
+
+/// Where the session's line goes in `code`: after the last line evcxr reads as a command
+/// before the first line of Rust (its `CodeBlock::from_original_user_code`: lines of `:`
+/// commands after spaces and `!` shell lines; blank lines and lines starting with `//`
+/// may sit among them), so at 0 when the cell starts with Rust; `None` when no Rust
+/// follows (a cell of commands only).
+fn first_rust_line(code: &str) -> Option<usize> {
+    let mut at = 0;
+    let mut after_commands = 0;
+    for line in code.split_inclusive('\n') {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if bare.trim_start_matches(' ').starts_with(':') || bare.starts_with('!') {
+            after_commands = at + line.len();
+        } else if !(bare.starts_with("//") || bare.trim().is_empty()) {
+            return Some(after_commands);
+        }
+        at += line.len();
+    }
+    None
 }
 
 /// The line the engine writes to stderr when the child dies of a stack overflow
@@ -893,5 +940,17 @@ mod tests {
         assert_eq!(stderr_output("warning: x".into()), Output::Stderr("warning: x\n".into()));
         let bad = "\x1ejaxrepl-progress {not json".to_string();
         assert_eq!(stderr_output(bad.clone()), Output::Stderr(bad + "\n"));
+    }
+
+    #[test]
+    fn the_session_line_goes_after_leading_evcxr_commands() {
+        assert_eq!(first_rust_line("let a = 1;"), Some(0));
+        assert_eq!(first_rust_line("// doc\nfn f() {}"), Some(0));
+        let cell = ":timing\n  :efmt {:?}\n\nlet n: i32 = \"x\".parse()?;";
+        assert_eq!(first_rust_line(cell), Some(":timing\n  :efmt {:?}\n".len()));
+        assert_eq!(first_rust_line("!ls\n// c\nx"), Some(4));
+        // Commands only: nothing to add (no build for `:vars`).
+        assert_eq!(first_rust_line(":vars\n\n"), None);
+        assert_eq!(first_rust_line(""), None);
     }
 }

@@ -80,7 +80,9 @@ pub fn magic_names() -> String {
 
 /// Plain-text help for the magics and the session (what `%help` shows without an engine).
 pub fn help_text() -> String {
-    let mut text = String::from("Magics (one per cell, on its own line, after any Rust statements; CALL runs to the cell's end):\n");
+    let mut text = String::from(
+        "Magics (one per cell, on its own line, after any Rust statements; CALL ends where its line closes its brackets, and later lines run as Rust after the magic):\n",
+    );
     for m in MAGICS {
         let usage = match m.arg {
             MagicArg::Call => format!("%{} CALL", m.name),
@@ -334,6 +336,77 @@ fn second_expression_at(body: &str) -> Option<usize> {
         gap = false;
     }
     None
+}
+
+/// Where the code after a cell's magic starts (a byte offset, at a line start), when the
+/// magic is followed by more Rust on later lines: `%jaxpr f.call(&x)` then
+/// `println!("done");` runs the magic (its output shown), then those lines as code, as a
+/// Jupyter user expects of a line magic. `None` when the magic's argument runs to the
+/// cell's end (or there is no magic).
+///
+/// The argument ends with the first line at which its brackets, strings and comments are
+/// closed, unless the expression visibly goes on: that line ends with an operator, `,` or
+/// `.`; the next non-blank line starts with `.`, `?`, `as`, `else` or a binary operator
+/// (`x\n    .clone()`); or a magic that needs an expression has none yet on its line
+/// (`%time` then `{ ... }` on the next lines).
+pub fn split_after_magic(cell: &str) -> Option<usize> {
+    use super::complete::{Brackets, scan_brackets};
+    let start = magic_line_start(cell)?;
+    let rest = cell[start..].trim_start_matches([' ', '\t']);
+    let after_pct = rest.strip_prefix('%')?;
+    let after_pct = after_pct.strip_prefix('%').unwrap_or(after_pct);
+    let name_len = after_pct
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .unwrap_or(after_pct.len());
+    let needs_arg = MAGICS
+        .iter()
+        .find(|m| m.name == &after_pct[..name_len])
+        .is_some_and(|m| matches!(m.arg, MagicArg::Call | MagicArg::StageCall | MagicArg::Ref));
+    let mut end = start;
+    let lines: Vec<&str> = cell[start..].split_inclusive('\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        end += line.len();
+        let so_far = &cell[start..end];
+        if scan_brackets(so_far) != Brackets::Balanced {
+            continue;
+        }
+        if i == 0 && needs_arg && after_pct[name_len..].lines().next().unwrap_or("").trim().is_empty() {
+            continue;
+        }
+        if ends_with_continuation(line) {
+            continue;
+        }
+        let next = lines[i + 1..].iter().map(|l| l.trim()).find(|l| !l.is_empty() && !l.starts_with("//"));
+        match next {
+            None => return None,
+            Some(next) if starts_with_continuation(next) => continue,
+            Some(_) => return Some(end),
+        }
+    }
+    None
+}
+
+/// Whether a magic argument's `line` cannot end the expression (a trailing operator, `,`
+/// or `.`; a `//` comment is ignored only when it is the whole line).
+fn ends_with_continuation(line: &str) -> bool {
+    let t = line.trim_end();
+    if t.trim_start().starts_with("//") {
+        return false;
+    }
+    const TRAILING: &[&str] = &[",", ".", "=", "+", "-", "*", "/", "%", "&&", "||", "&", "|", "^", "<", ">", "=>", "->", " as"];
+    TRAILING.iter().any(|op| t.ends_with(op)) && !t.ends_with("..")
+}
+
+/// Whether a line (trimmed) continues the expression of the line before it.
+fn starts_with_continuation(t: &str) -> bool {
+    if t.starts_with("//") {
+        return false;
+    }
+    if t.starts_with('.') || t.starts_with('?') || t.starts_with("as ") || t.starts_with("else") {
+        return true;
+    }
+    const BINARY: &[&str] = &["&&", "||", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "<", ">", "=", "&", "|", "^"];
+    BINARY.iter().any(|op| t.strip_prefix(op).is_some_and(|r| r.starts_with(char::is_whitespace)))
 }
 
 /// The byte offset of the line holding the cell's magic, if any: the first non-blank line
@@ -608,5 +681,27 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%é x") else { panic!() };
         assert!(e.contains("unknown magic `%`"), "{e}");
         assert_eq!(code("%time \"é\".len()"), "jax::magic::time(|| \"é\".len())");
+    }
+
+    #[test]
+    fn code_after_a_magic_runs_after_it() {
+        fn split(cell: &str) -> Option<(&str, &str)> {
+            split_after_magic(cell).map(|at| (&cell[..at], &cell[at..]))
+        }
+        assert_eq!(split("%jaxpr f.call(&x)\nprintln!(\"done\");"), Some(("%jaxpr f.call(&x)\n", "println!(\"done\");")));
+        assert_eq!(split("let y = 1;\n%explain\n\nlet z = 2;\nz"), Some(("let y = 1;\n%explain\n", "\nlet z = 2;\nz")));
+        assert_eq!(split("%precision highest\nlet p = 1;"), Some(("%precision highest\n", "let p = 1;")));
+        // The argument goes on: open brackets, a method chain, a trailing operator, the
+        // expression on the lines after a bare `%time`.
+        assert_eq!(split("%time {\n    let y = f.call(&x)?;\n    y\n}\nlet after = 1;"), Some(("%time {\n    let y = f.call(&x)?;\n    y\n}\n", "let after = 1;")));
+        assert_eq!(split("%sharding x\n    .clone()"), None);
+        assert_eq!(split("%timeit f.call(&x)\n    .unwrap()\nlet k = 1;"), Some(("%timeit f.call(&x)\n    .unwrap()\n", "let k = 1;")));
+        assert_eq!(split("%time a +\n    b"), None);
+        assert_eq!(split("%time\n{\n  f.call(&x)\n}"), None);
+        assert_eq!(split("%time f.call(&x)\n\n"), None);
+        assert_eq!(split("%time f.call(&x)\n// a comment"), None);
+        assert_eq!(split("let a = 1;"), None);
+        // The first part rewrites as a magic of its own.
+        assert_eq!(code("%jaxpr f.call(&x)\n"), "jax::magic::jaxpr(|| f.call(&x))");
     }
 }

@@ -24,7 +24,7 @@ mod render;
 pub mod slots;
 
 pub use child::InterruptHandle;
-pub use complete::{KEYWORDS, PRELUDE_NAMES};
+pub use complete::{KEYWORDS, PRELUDE_NAMES, unclosed_error};
 #[cfg(test)]
 pub(crate) use complete::is_complete as complete_for_tests;
 

@@ -14,7 +14,8 @@
 //!
 //! An error line followed by the stop marker becomes the engine's error output; the stop
 //! marker alone (a `?` on a non-engine error, printed above as evcxr printed it) becomes an
-//! `Error` naming the cell. An error line without the marker (a user's `eprintln!("{e:#?}")`)
+//! error naming the cell, named by the error's type when its `{:#?}` text shows it
+//! (`ParseIntError`), else `Error`. An error line without the marker (a user's `eprintln!("{e:#?}")`)
 //! and error JSON inside a line (`dbg!(result)`) are shown as readable text.
 
 use super::Output;
@@ -55,7 +56,20 @@ pub struct StderrRouter {
     pending: Option<String>,
     /// Where a `?` in the cell is: `cell N, line L` when one line has `?`s, else `cell N`.
     place: String,
+    /// The cell's number and code (as evaluated, magic rewritten), for `dbg!` locations.
+    cell: u64,
+    code: String,
+    /// evcxr's generated `src/lib.rs` of this cell: its path, and its text once read (on
+    /// the first `dbg!` line).
+    generated_path: Option<std::path::PathBuf>,
+    generated: Option<Option<String>>,
+    /// The stderr text lines since the last stop (capped): the text of a non-engine error
+    /// a `?` returned ends there, and its first line names its type.
+    recent: Vec<String>,
 }
+
+/// How many recent stderr lines [`StderrRouter`] keeps to find a `?` error's type name.
+const RECENT_LINES: usize = 400;
 
 impl StderrRouter {
     /// A router for cell number `cell` whose text (as the user's lines) is `code`.
@@ -65,7 +79,57 @@ impl StderrRouter {
             [line] => format!("cell {cell}, line {line}"),
             _ => format!("cell {cell}"),
         };
-        StderrRouter { overflowed: false, stops: Vec::new(), pending: None, place }
+        StderrRouter {
+            overflowed: false,
+            stops: Vec::new(),
+            pending: None,
+            place,
+            cell,
+            code: code.to_string(),
+            generated_path: None,
+            generated: None,
+            recent: Vec::new(),
+        }
+    }
+
+    /// Maps `dbg!`'s `[src/lib.rs:N:M]` to the cell's line, reading evcxr's generated
+    /// source of this cell from `lib_rs` when a `dbg!` line first appears.
+    pub fn with_generated(mut self, lib_rs: std::path::PathBuf) -> Self {
+        self.generated_path = Some(lib_rs);
+        self
+    }
+
+    /// `line` with a leading `[src/lib.rs:N:M]` (`dbg!`'s location in evcxr's generated
+    /// crate) replaced by `[cell C, line L]` when generated line N is a `dbg!` line found
+    /// once in this cell; otherwise unchanged (a `dbg!` in a function defined by an earlier
+    /// cell keeps evcxr's location).
+    fn map_dbg(&mut self, line: String) -> String {
+        let Some(rest) = line.strip_prefix('[') else { return line };
+        let Some(close) = rest.find("] ") else { return line };
+        let location = &rest[..close];
+        if !location.starts_with("src/lib.rs:") {
+            return line;
+        }
+        if self.generated.is_none() {
+            self.generated = Some(self.generated_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()));
+        }
+        let Some(Some(generated)) = &self.generated else { return line };
+        let is_dbg = location
+            .split(':')
+            .nth(1)
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| generated.lines().nth(n.checked_sub(1)?))
+            .is_some_and(|text| text.contains("dbg!"));
+        if !is_dbg {
+            return line;
+        }
+        match render::map_location(location, &self.code, Some(generated)) {
+            Some(mapped) => {
+                let cell_line = mapped.trim_start_matches("cell:").split(':').next().unwrap_or("");
+                format!("[cell {}, line {cell_line}]{}", self.cell, &rest[close + 1..])
+            }
+            None => line,
+        }
     }
 
     /// Handles one line of the child's stderr.
@@ -76,18 +140,27 @@ impl StderrRouter {
         } else if bare == STOP_MARKER {
             let stop = match self.pending.take() {
                 Some(json) => self.engine_stop(&json),
-                None => Output::Error {
-                    ename: "Error".into(),
-                    evalue: format!("the `?` at {} returned an error (printed above)", self.place),
-                    traceback: vec![format!("Error: the `?` at {} returned the error printed above; the cell stopped there", self.place)],
-                },
+                None => {
+                    let ename = debug_type_name(&self.recent).unwrap_or_else(|| "Error".into());
+                    Output::Error {
+                        evalue: format!("the `?` at {} returned an error (printed above)", self.place),
+                        traceback: vec![format!("{ename}: the `?` at {} returned the error printed above; the cell stopped there", self.place)],
+                        ename,
+                    }
+                }
             };
             self.stops.push(stop);
+            self.recent.clear();
         } else if let Some(json) = line.strip_prefix(ERROR_LINE_PREFIX).filter(|j| is_error_json(j)) {
             self.flush(sink);
             self.pending = Some(json.to_string());
         } else {
             self.flush(sink);
+            let line = self.map_dbg(line);
+            if self.recent.len() == RECENT_LINES {
+                self.recent.remove(0);
+            }
+            self.recent.push(line.clone());
             sink(super::exec::stderr_output(readable(&line)));
         }
     }
@@ -106,6 +179,38 @@ impl StderrRouter {
         }
         out
     }
+}
+
+/// The Rust type name of the error a `?` returned, from the text evcxr printed with the
+/// session's error format (`{:#?}`, the last lines of `recent`): a derived `Debug` starts
+/// with the type's name (`ParseIntError {`, `TryFromIntError(())`), kept when it ends in
+/// `Error`; `std::io::Error`'s `Debug` forms (`Os { code, kind, message }`, `Custom { kind,
+/// error }`) give `io::Error`. `None` when the text does not tell (a `String`, an enum
+/// variant, a hand-written `Debug`): evcxr gives the session only the text, never the type.
+fn debug_type_name(recent: &[String]) -> Option<String> {
+    let last = recent.iter().rposition(|l| !l.trim().is_empty())?;
+    // `{:#?}` of a struct or tuple struct ends with an unindented `}` or `)`: its first line
+    // is the nearest unindented line above that is not a closer.
+    let closer = |l: &str| matches!(l.trim_end(), "}" | ")" | "]");
+    let start = if closer(&recent[last]) {
+        (0..last).rev().find(|&i| !recent[i].starts_with([' ', '\t']) && !closer(&recent[i]))?
+    } else {
+        last
+    };
+    let first = recent[start].trim_end();
+    let name_end = first.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')).unwrap_or(first.len());
+    let (name, after) = first.split_at(name_end);
+    if !(after.is_empty() || after.starts_with(" {") || after.starts_with('(')) {
+        return None;
+    }
+    let body = recent[start..=last].join("\n");
+    if (name == "Os" && body.contains("kind:") && body.contains("code:"))
+        || (name == "Custom" && body.contains("kind:") && body.contains("error:"))
+    {
+        return Some("io::Error".into());
+    }
+    let short = name.rsplit("::").next().unwrap_or(name);
+    (short.ends_with("Error") && short.starts_with(|c: char| c.is_ascii_uppercase())).then(|| short.to_string())
 }
 
 /// Whether `s` is the engine's error JSON (an object with `ename`).
@@ -195,7 +300,7 @@ mod tests {
         assert_eq!(seen.len(), 3, "{seen:?}");
         assert_eq!(seen[0], Output::Stderr("ParseIntError {\n".into()));
         let [Output::Error { ename, evalue, .. }] = r.stops.as_slice() else { panic!("{:?}", r.stops) };
-        assert_eq!((ename.as_str(), evalue.as_str()), ("Error", "the `?` at cell 7, line 1 returned an error (printed above)"));
+        assert_eq!((ename.as_str(), evalue.as_str()), ("ParseIntError", "the `?` at cell 7, line 1 returned an error (printed above)"));
         // Non-ASCII text around: lines still count (and nothing panics).
         let (_, r) = route_all(9, "let crème_brûlée = \"é?\";\nlet é = f()?;", &[STOP_MARKER.to_string()]);
         let [Output::Error { evalue, .. }] = r.stops.as_slice() else { panic!() };
@@ -233,5 +338,49 @@ mod tests {
         let (seen, r) = route_all(1, "", &["warning: x".into(), super::super::exec::STACK_OVERFLOW_MARKER.to_string()]);
         assert!(r.overflowed);
         assert_eq!(seen, vec![Output::Stderr("warning: x\n".into())]);
+    }
+
+    #[test]
+    fn a_question_mark_errors_type_name_comes_from_its_debug_text() {
+        let name = |lines: &[&str]| debug_type_name(&lines.iter().map(|l| l.to_string()).collect::<Vec<_>>());
+        assert_eq!(name(&["ParseIntError {", "    kind: InvalidDigit,", "}"]).as_deref(), Some("ParseIntError"));
+        assert_eq!(name(&["earlier output", "TryFromIntError(", "    (),", ")"]).as_deref(), Some("TryFromIntError"));
+        assert_eq!(name(&["ParseBoolError"]).as_deref(), Some("ParseBoolError"));
+        assert_eq!(name(&["Os {", "    code: 2,", "    kind: NotFound,", "    message: \"No such file or directory\",", "}"]).as_deref(), Some("io::Error"));
+        // Texts that do not name their type: a String, an enum variant, a hand-written Debug.
+        assert_eq!(name(&["\"bad input\""]), None);
+        assert_eq!(name(&["NotFound"]), None);
+        assert_eq!(name(&["Error: something failed"]), None);
+        assert_eq!(name(&[]), None);
+        // Through the router: the name of the text printed just before the marker.
+        let lines = ["Utf8Error {".to_string(), "    valid_up_to: 0,".into(), "}".into(), STOP_MARKER.into()];
+        let (_, r) = route_all(3, "let s = std::str::from_utf8(&b)?;", &lines);
+        let [Output::Error { ename, .. }] = r.stops.as_slice() else { panic!() };
+        assert_eq!(ename, "Utf8Error");
+    }
+
+    #[test]
+    fn dbg_locations_name_the_cells_line() {
+        let dir = std::env::temp_dir().join(format!("jaxrepl-qmark-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib_rs = dir.join("lib.rs");
+        std::fs::write(&lib_rs, "fn run() {\n    let a = 1;\n        let q = dbg!(a + 4);\n    other(a);\n}\n").unwrap();
+        let code = "let a = 1;\nlet q = dbg!(a + 4);";
+        let mut seen = Vec::new();
+        let mut r = StderrRouter::new(12, code).with_generated(lib_rs.clone());
+        for l in ["[src/lib.rs:3:17] a + 4 = 5", "[src/lib.rs:4:5] other = 1", "[src/main.rs:1:1] x = 2", "plain [src/lib.rs:3:17]"] {
+            r.route(l.to_string(), &mut |o| seen.push(o));
+        }
+        assert_eq!(
+            seen,
+            vec![
+                Output::Stderr("[cell 12, line 2] a + 4 = 5\n".into()),
+                // Generated line 4 is not a `dbg!` line (a function of an earlier cell): kept.
+                Output::Stderr("[src/lib.rs:4:5] other = 1\n".into()),
+                Output::Stderr("[src/main.rs:1:1] x = 2\n".into()),
+                Output::Stderr("plain [src/lib.rs:3:17]\n".into()),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

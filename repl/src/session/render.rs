@@ -113,7 +113,7 @@ pub fn panic_output(json: &str, cell: &str, generated: Option<&str>) -> Output {
 /// Maps `src/lib.rs:LINE:COL` in evcxr's generated crate to `cell:LINE:COL` by finding the
 /// generated line's text among the cell's lines. Locations elsewhere (the engine, std)
 /// are kept as they are.
-fn map_location(location: &str, cell: &str, generated: Option<&str>) -> Option<String> {
+pub(super) fn map_location(location: &str, cell: &str, generated: Option<&str>) -> Option<String> {
     let mut parts = location.rsplitn(3, ':');
     let col: usize = parts.next()?.parse().ok()?;
     let line: usize = parts.next()?.parse().ok()?;
@@ -199,15 +199,15 @@ fn undefined_value_named_like_macro(message: &str) -> Option<(String, String)> {
 ///   |              ^^^ expected `i32`, found `&str`
 /// ```
 ///
-/// `shift` is the number of lines the session prepended to the cell (the engine's
-/// line-registration call): spans move up by that much, and spans on those lines are
-/// dropped. `cell` is the cell as the user wrote it; with `magic`, its magic line was
+/// `inserted` is the line (1-based) of the one line the session put into the cell (the
+/// `?` stop hook and the engine's line-registration call; after any leading evcxr `:`
+/// commands): spans below it move up one line, and spans on it are dropped. `cell` is the cell as the user wrote it; with `magic`, its magic line was
 /// rewritten (`%jaxpr CALL` → `jax::magic::jaxpr(|| CALL)`), and spans on that line move
 /// back to the user's columns (those in the generated call point at the `%`).
 pub fn compile_errors(
     errors: &[evcxr::CompilationError],
     cell: &str,
-    shift: usize,
+    inserted: Option<usize>,
     magic: Option<super::magic::MagicColumns>,
 ) -> Output {
     let mut traceback = Vec::new();
@@ -232,12 +232,13 @@ pub fn compile_errors(
         let spans: Vec<_> = error
             .spanned_messages()
             .iter()
-            .filter(|s| s.span.is_none_or(|sp| sp.start_line > shift))
+            .filter(|s| s.span.is_none_or(|sp| Some(sp.start_line) != inserted))
             .cloned()
             .filter_map(|mut s| {
                 if let Some(sp) = &mut s.span {
-                    sp.start_line -= shift;
-                    sp.end_line = sp.end_line.saturating_sub(shift).max(sp.start_line);
+                    let up = |l: usize| if inserted.is_some_and(|at| l > at) { l - 1 } else { l };
+                    sp.start_line = up(sp.start_line);
+                    sp.end_line = up(sp.end_line).max(sp.start_line);
                     if let Some(m) = magic {
                         // A note about the generated call (rustc's "while parsing the
                         // body of this closure") means nothing to the user: dropped.

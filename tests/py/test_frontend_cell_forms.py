@@ -1,0 +1,157 @@
+"""Cell forms a user meets in both front ends (issue 5, front ends), through the real kernel
+(jupyter_client) and the real `jaxrepl` binary (pexpect, a pipe):
+
+- a cell that starts with evcxr `:` commands (`:timing`) keeps `?` errors as errors, and its
+  compile errors keep the cell's line numbers;
+- a cell that ends inside a bracket is an `IncompleteInput` error naming the user's
+  delimiter, not rustc's "mismatched closing delimiter" at the session's wrapper;
+- the lines after a magic run as Rust after the magic's output;
+- a `?` on a non-engine error is named by the error's type (`ParseIntError`);
+- `dbg!` shows `[cell N, line L]`, not evcxr's `[src/lib.rs:..]`;
+- at a dumb terminal (TERM=dumb: no raw mode) Ctrl-C in a continuation line discards the
+  pending lines, as it does at the full prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pexpect
+import pytest
+from conftest import FIRST_CELL_TIMEOUT
+from test_kernel_lifecycle import run, kernel  # noqa: F401 (kernel: a module-scoped fixture)
+from test_frontend_fixes import ok, text_of
+from test_repl_pty import CELL_TIMEOUT_S, ENGINE_TIMEOUT_S, LINE_START, ROOT, START_TIMEOUT_S, expect_prompt, jaxrepl_bin, spawn
+
+pytestmark = [
+    pytest.mark.usefixtures("jaxrepl_kernelspec"),
+]
+
+needs_engine = pytest.mark.skipif(os.environ.get("JAXREPL_NO_PRELUDE", "") not in ("", "0"),
+                                  reason="JAXREPL_NO_PRELUDE is set: the engine is not loaded")
+
+
+def the_error(reply: dict, outputs: list[dict]) -> dict:
+    assert reply["status"] == "error", outputs
+    errors = [m["content"] for m in outputs if m["msg_type"] == "error"]
+    assert len(errors) == 1, outputs
+    return errors[0]
+
+
+def test_a_cell_with_evcxr_commands_keeps_question_mark_errors_and_lines(kernel):
+    _, kc = kernel
+    reply, outputs = run(kc, ':timing\nlet n: i32 = "abc".parse()?;\nprintln!("after {n}");',
+                         timeout=FIRST_CELL_TIMEOUT)
+    e = the_error(reply, outputs)
+    n = reply["execution_count"]
+    assert e["ename"] == "ParseIntError", e
+    assert f"the `?` at cell {n}, line 2 returned an error (printed above)" == e["evalue"], e
+    assert "after" not in text_of(outputs), outputs
+    # A compile error in such a cell is on the user's line (the session's line is not counted).
+    reply, outputs = run(kc, ':timing\n\nlet y: i32 = "a";')
+    e = the_error(reply, outputs)
+    assert e["ename"] == "CompileError" and " --> cell:3:14" in e["traceback"], e
+    reply, outputs = run(kc, ":timing")  # commands only: still fine
+    ok(reply, outputs)
+
+
+def test_an_unclosed_bracket_names_the_users_delimiter(kernel):
+    _, kc = kernel
+    reply, outputs = run(kc, "let v = vec![1, 2;", timeout=FIRST_CELL_TIMEOUT)
+    e = the_error(reply, outputs)
+    assert e["ename"] == "IncompleteInput", e
+    assert e["evalue"].startswith("unclosed `[` opened at cell line 1, column 13"), e
+    assert e["traceback"][1:5] == [" --> cell:1:13", "  |", "1 | let v = vec![1, 2;", "  |             ^ unclosed `[`"], e
+    assert "mismatched closing delimiter" not in "\n".join(e["traceback"]), e
+    reply, outputs = run(kc, "let a = 1;\nfn f() {\n    let t = (a, 2;")
+    e = the_error(reply, outputs)
+    assert e["evalue"].startswith("unclosed `(` opened at cell line 3, column 13 (inside the unclosed `{` at line 2, column 8)"), e
+    # A closer that does not match stays rustc's error, on the user's lines.
+    reply, outputs = run(kc, "fn g() {\n    let b = (1, 2;\n}")
+    e = the_error(reply, outputs)
+    assert e["ename"] == "CompileError" and "mismatched closing delimiter" in e["evalue"], e
+
+
+def test_piped_cells_ended_inside_a_bracket_name_the_delimiter():
+    env = dict(os.environ, NO_COLOR="1")
+    done = subprocess.run([jaxrepl_bin(), "--no-prelude"], input="let v = vec![1, 2;\n\n\n40 + 2\nlet w = (1,\n",
+                          capture_output=True, text=True, timeout=START_TIMEOUT_S + 3 * CELL_TIMEOUT_S, env=env)
+    out = done.stdout + done.stderr
+    assert "IncompleteInput: unclosed `[` opened at cell line 1, column 13" in out, out
+    assert "42" in done.stdout, out
+    # At the end of the input: the same naming of the delimiter.
+    assert "incomplete input at end of file" in out and "unclosed `(` opened at cell line 1, column 9" in out, out
+    assert done.returncode == 1, out
+
+
+@needs_engine
+def test_lines_after_a_magic_run_after_it(kernel):
+    _, kc = kernel
+    reply, outputs = run(kc, "let f = jit(|x: Array| x.sin());\nlet x = jnp::ones(&[2], None);", timeout=FIRST_CELL_TIMEOUT)
+    ok(reply, outputs)
+    reply, outputs = run(kc, '%jaxpr f.call(&x)\nprintln!("second");\nlet z = 5;\nz + 1')
+    ok(reply, outputs)
+    kinds = [(m["msg_type"], m["content"].get("name")) for m in outputs]
+    assert kinds == [("display_data", None), ("stream", "stdout"), ("execute_result", None)], outputs
+    assert outputs[0]["content"]["data"]["text/plain"].startswith("{ lambda ; a:f32[2]. let b:f32[2] = sin a in (b,) }"), outputs
+    assert outputs[1]["content"]["text"] == "second\n"
+    assert outputs[2]["content"]["data"]["text/plain"] == "6"
+    # The variables of the lines after the magic are kept; their errors keep the cell's lines.
+    reply, outputs = run(kc, "z * 2")
+    assert ok(reply, outputs) and "10" in text_of(outputs)
+    reply, outputs = run(kc, "%explain\n\nlet w = oops;")
+    e = the_error(reply, outputs)
+    assert e["ename"] == "CompileError" and " --> cell:3:9" in e["traceback"], e
+    assert "3 | let w = oops;" in e["traceback"], e
+    # A failing magic stops the cell: the lines after it do not run.
+    reply, outputs = run(kc, '%jaxpr 1 + 1\nprintln!("not run");')
+    e = the_error(reply, outputs)
+    assert "made no jitted call" in e["evalue"] and "not run" not in text_of(outputs), outputs
+
+
+def test_dbg_names_the_cells_line(kernel):
+    _, kc = kernel
+    reply, outputs = run(kc, "let a = 3;\nlet q = dbg!(a + 4);", timeout=FIRST_CELL_TIMEOUT)
+    n = ok(reply, outputs)
+    err = "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream" and m["content"]["name"] == "stderr")
+    assert err == f"[cell {n}, line 2] a + 4 = 7\n", outputs
+
+
+@needs_engine
+def test_the_terminal_names_dbg_and_question_mark_types():
+    # With the engine: the session's error format is `{:#?}`, which names the error's type.
+    child = spawn([], env_extra={"JAXREPL_ENGINE_DIR": os.path.join(ROOT, "engine")})
+    expect_prompt(child, 1, timeout=START_TIMEOUT_S)
+    child.send("let q = dbg!(6 * 7);\r")
+    child.expect(LINE_START + r"\[cell 1, line 1\] 6 \* 7 = 42\r\n", timeout=ENGINE_TIMEOUT_S)
+    expect_prompt(child, 2)
+    child.send('let n: u8 = "300".parse()?;\r')
+    child.expect(r"ParseIntError: the `\?` at cell 2, line 1 returned the error printed above", timeout=CELL_TIMEOUT_S)
+    expect_prompt(child, 3)
+    child.sendeof()
+    child.expect(pexpect.EOF, timeout=60)
+
+
+@pytest.mark.parametrize("term", ["dumb", "xterm"])
+def test_ctrl_c_in_a_continuation_line_discards_the_pending_input(term):
+    child = spawn(["--no-prelude"], env_extra={"TERM": term})
+    expect_prompt(child, 1, timeout=START_TIMEOUT_S)
+    child.send("fn add(a: i32) -> i32 {\r")
+    child.send("    a +\r")
+    if term == "dumb":
+        child.expect(r"\.\.\.: ", timeout=CELL_TIMEOUT_S)
+    child.send("\x03")
+    expect_prompt(child, 1)
+    # The pending lines are gone: a new cell runs alone, and `add` was never defined.
+    child.send("40 + 2\r")
+    child.expect(LINE_START + r"42\r\n", timeout=START_TIMEOUT_S)
+    expect_prompt(child, 2)
+    child.send("add(1)\r")
+    child.expect(r"cannot find function `add`", timeout=CELL_TIMEOUT_S)
+    expect_prompt(child, 3)
+    child.sendeof()
+    child.expect(pexpect.EOF, timeout=60)
+    child.close()
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
