@@ -528,10 +528,24 @@ pub fn precision_compare<T: CompareOutput>(call: impl Fn() -> T) -> Result<Text>
     let rows = precision_compare_rows(call)?;
     let mut s = format!("{:<26} {:>14} {:>12}\n", "precision", "max rel error", "time");
     for r in &rows {
-        s.push_str(&format!("{:<26} {:>14.2e} {:>12}\n", r.precision, r.max_rel_error, format_time(r.secs)));
+        s.push_str(&format!("{:<26} {:>14} {:>12}\n", r.precision, scientific(r.max_rel_error), format_time(r.secs)));
     }
     s.push_str("max rel error = max|y - y_ref| / max|y_ref|; time = fastest of 3 calls");
     Ok(Text(s))
+}
+
+/// `x` in scientific notation with 3 significant digits and a signed two-digit exponent,
+/// as Python's `f"{x:.2e}"` writes it (`1.23e-03`, `0.00e+00`; Rust's `{:.2e}` would give
+/// `1.23e-3`, `0.00e0`).
+pub fn scientific(x: f64) -> String {
+    let s = format!("{x:.2e}");
+    match s.split_once('e') {
+        Some((m, e)) => match e.parse::<i32>() {
+            Ok(e) => format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs()),
+            Err(_) => s,
+        },
+        None => s, // inf, NaN
+    }
 }
 
 /// `%sharding x`: `debug::visualize_array_sharding(x)` (text table; coloured blocks in a

@@ -259,3 +259,30 @@ fn errors() {
     // Levels on integers are fine (they do not change integer products).
     assert_eq!(jnp::dot_with(&i, &i, "highest").unwrap().to_vec::<i32>().unwrap(), vec![2, 2, 2, 2]);
 }
+
+#[test]
+fn a_retrace_for_another_default_precision_is_explained_as_a_context_change() {
+    let _l = serial();
+    jax::transform::explain::clear();
+    let a = Array::from_vec(values(8 * 8, 11), &[8, 8]).unwrap();
+    let f = jit(|a: Array| jnp::matmul(&a, &a));
+    f.call(&a).unwrap();
+    {
+        let _g = lax::with_default_matmul_precision("BF16_BF16_F32").unwrap();
+        f.call(&a).unwrap();
+    }
+    let report = jax::magic::explain().0;
+    assert!(
+        report.contains("  different tracing context, e.g. due to config or context manager:\n")
+            && report.contains("  * jax_default_matmul_precision: now BF16_BF16_F32 and before None"),
+        "{report}"
+    );
+    assert!(report.contains("trace: miss (different tracing context, e.g. due to config or context manager: jax_default_matmul_precision: now BF16_BF16_F32 and before None)"), "{report}");
+    assert!(!report.contains("different static arguments"), "{report}");
+    // "default" is the level (as in JAX), "DEFAULT" the preset; the table's errors print as Python's `.2e`.
+    assert_eq!(lax::DotPrecision::parse("default").unwrap(), lax::DotPrecision::Levels(lax::Precision::Default, lax::Precision::Default));
+    assert_eq!(lax::DotPrecision::parse("DEFAULT").unwrap(), lax::DotPrecision::Algorithm(lax::DotAlgorithmPreset::Default));
+    assert_eq!(jax::magic::scientific(0.0), "0.00e+00");
+    assert_eq!(jax::magic::scientific(0.001234), "1.23e-03");
+    assert_eq!(jax::magic::scientific(12345.0), "1.23e+04");
+}

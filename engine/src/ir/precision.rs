@@ -142,8 +142,15 @@ pub enum DotPrecision {
 
 impl DotPrecision {
     /// Parses JAX's string forms: a level name/alias (both operands) or a preset name.
-    /// Errors: `ValueError` listing the accepted forms.
+    /// As in JAX's `canonicalize_precision`, a level name wins over a preset: `"default"`
+    /// is the level `DEFAULT` for both operands, and only the exact preset name
+    /// `"DEFAULT"` is the preset. Errors: `ValueError` listing the accepted forms.
     pub fn parse(s: &str) -> Result<DotPrecision> {
+        if s != DotAlgorithmPreset::Default.name()
+            && let Ok(l) = Precision::parse(s)
+        {
+            return Ok(DotPrecision::Levels(l, l));
+        }
         if let Some(p) = DotAlgorithmPreset::parse(s) {
             return Ok(DotPrecision::Algorithm(p));
         }

@@ -205,7 +205,48 @@ pub(crate) struct JitInner<A, R> {
     shardings: JitShardings,
     /// Trace cache: signature hash (`signature_hash`) → the signatures with that hash.
     cache: Mutex<HashMap<u64, Vec<(Signature, Arc<CacheEntry>)>>>,
-    seen: Mutex<Vec<Signature>>,
+    /// Every key traced so far, for explaining misses: the signature and the tracing
+    /// context (the matmul precision and op-metadata scope in effect).
+    seen: Mutex<Vec<(Signature, TracingContext)>>,
+}
+
+/// The parts of a trace cache key that are not the arguments (JAX's tracing context):
+/// `jax_default_matmul_precision` and the `set_xla_metadata` scope when traced.
+#[derive(Clone, Debug, PartialEq)]
+struct TracingContext {
+    matmul_precision: Option<crate::ir::DotPrecision>,
+    xla_metadata: Option<Arc<str>>,
+}
+
+impl TracingContext {
+    fn current() -> Self {
+        TracingContext {
+            matmul_precision: crate::lax::precision::default_matmul_precision(),
+            xla_metadata: crate::trace::metadata::current_metadata(),
+        }
+    }
+
+    /// The differences from `before`, one `  * ...` line each (empty when equal).
+    fn differences(&self, before: &TracingContext) -> String {
+        let precision = |p: &Option<crate::ir::DotPrecision>| p.as_ref().map_or("None".to_string(), |p| p.short());
+        let metadata = |m: &Option<Arc<str>>| m.as_deref().map_or("None".to_string(), |m| format!("{{{m}}}"));
+        let mut s = String::new();
+        if self.matmul_precision != before.matmul_precision {
+            s.push_str(&format!(
+                "\n  * jax_default_matmul_precision: now {} and before {}",
+                precision(&self.matmul_precision),
+                precision(&before.matmul_precision)
+            ));
+        }
+        if self.xla_metadata != before.xla_metadata {
+            s.push_str(&format!(
+                "\n  * set_xla_metadata scope: now {} and before {}",
+                metadata(&self.xla_metadata),
+                metadata(&before.xla_metadata)
+            ));
+        }
+        s
+    }
 }
 
 /// A jit-compiled function (JAX's `jax.jit(f)`). Cloning shares the caches.
@@ -794,7 +835,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             warn(w);
         }
         self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).entry(h).or_default().push((sig.clone(), entry.clone()));
-        self.inner.seen.lock().unwrap_or_else(|e| e.into_inner()).push(sig);
+        self.inner.seen.lock().unwrap_or_else(|e| e.into_inner()).push((sig, TracingContext::current()));
         Ok((entry, true))
     }
 
@@ -879,11 +920,22 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             "{at}\n  for {} defined at {}\n  all previously seen cache keys differ. For the closest previous key:",
             self.inner.name, site.line_label()
         );
-        let closest = seen
+        let now = TracingContext::current();
+        let (closest, context) = seen
             .iter()
-            .min_by_key(|k| (!k.treedef.same_structure(&sig.treedef)) as usize * 100 + k.avals.iter().zip(&sig.avals).filter(|(a, b)| a != b).count())
+            .min_by_key(|(k, c)| {
+                (!k.treedef.same_structure(&sig.treedef)) as usize * 100
+                    + k.avals.iter().zip(&sig.avals).filter(|(a, b)| a != b).count() * 2
+                    + usize::from(*c != now)
+            })
+            .map(|(k, c)| (k, c.clone()))
             .expect("non-empty");
-        if !closest.treedef.same_structure(&sig.treedef) {
+        let changed_context = now.differences(&context);
+        if !changed_context.is_empty() && closest.treedef == sig.treedef && closest.avals == sig.avals && closest.statics == sig.statics {
+            // Same arguments: the tracing context changed (JAX's "different tracing context").
+            s.push_str("\n  different tracing context, e.g. due to config or context manager:");
+            s.push_str(&changed_context);
+        } else if !closest.treedef.same_structure(&sig.treedef) {
             s.push_str(&format!("\n  different input pytree:\n  * now {} and before {}", sig.treedef, closest.treedef));
         } else if closest.avals != sig.avals {
             s.push_str("\n  different input types:");
