@@ -442,6 +442,26 @@ fn magic_line_start(cell: &str) -> Option<usize> {
     None
 }
 
+/// IPython's `%timeit`/`%time` options at the start of a magic's argument (`-n 10`,
+/// `-r 3`, `-q`, `-o`, `-p 4`): the option as written, e.g. `-n 10`. A unary minus on an
+/// expression (`-x.sum()`) is not an option.
+fn ipython_option(arg: &str) -> Option<String> {
+    let a = arg.trim_start_matches([' ', '\t']);
+    let rest = a.strip_prefix('-')?;
+    let flag = rest.chars().next()?;
+    let after = &rest[flag.len_utf8()..];
+    if !"nrqop".contains(flag) || !(after.is_empty() || after.starts_with([' ', '\t', '\n'])) {
+        return None;
+    }
+    let value = after.trim_start_matches([' ', '\t']);
+    let digits = value.chars().take_while(char::is_ascii_digit).count();
+    match flag {
+        'n' | 'r' | 'p' if digits > 0 => Some(format!("-{flag} {}", &value[..digits])),
+        'q' | 'o' => Some(format!("-{flag}")),
+        _ => None,
+    }
+}
+
 /// The rewritten call of magic `spec` with argument text `arg` (what follows the name):
 /// the generated text before the user's argument, the argument itself (a slice of `arg`),
 /// and the generated text after it; or the error message.
@@ -488,6 +508,16 @@ fn magic_call<'a>(spec: &MagicSpec, arg: &'a str) -> Result<(String, &'a str, St
             Ok((format!("jax::magic::{f}()"), &arg[..0], String::new()))
         }
         MagicArg::Call | MagicArg::StageCall => {
+            if let Some(flag) = ipython_option(arg) {
+                let what = match spec.name {
+                    "timeit" => "it picks the loop count itself (each of its 7 runs takes at least 0.2 s) and waits for every result",
+                    _ => "it runs CALL once and waits for its result",
+                };
+                return Err(format!(
+                    "%{} takes no options (IPython's `{flag}`): {what}; write `%{} f.call(&x)`",
+                    spec.name, spec.name
+                ));
+            }
             // `--stage NAME` (same line) selects `<function>_stage("NAME", ..)`.
             let (function, arg) = match arg.trim_start_matches([' ', '\t']).strip_prefix("--stage") {
                 Some(rest) if spec.arg == MagicArg::StageCall => {
@@ -703,5 +733,21 @@ mod tests {
         assert_eq!(split("let a = 1;"), None);
         // The first part rewrites as a magic of its own.
         assert_eq!(code("%jaxpr f.call(&x)\n"), "jax::magic::jaxpr(|| f.call(&x))");
+    }
+
+    #[test]
+    fn ipython_timeit_options_are_a_magic_error() {
+        let Rewrite::Error(e) = rewrite("%timeit -n 10 f.call(&x)") else { panic!() };
+        assert_eq!(
+            e,
+            "%timeit takes no options (IPython's `-n 10`): it picks the loop count itself (each of its 7 runs takes at least 0.2 s) and waits for every result; write `%timeit f.call(&x)`"
+        );
+        let Rewrite::Error(e) = rewrite("%timeit -r 3 -n 5 f.call(&x)") else { panic!() };
+        assert!(e.contains("IPython's `-r 3`"), "{e}");
+        let Rewrite::Error(e) = rewrite("%time -q f.call(&x)") else { panic!() };
+        assert!(e.starts_with("%time takes no options (IPython's `-q`): it runs CALL once"), "{e}");
+        // A unary minus is an expression.
+        assert_eq!(code("%time -x.sum()"), "jax::magic::time(|| -x.sum())");
+        assert_eq!(code("%timeit -n_steps.call(&x)"), "jax::magic::timeit(|| -n_steps.call(&x))");
     }
 }
