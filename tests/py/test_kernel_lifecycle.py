@@ -347,8 +347,12 @@ def test_long_compiles_show_progress_that_is_emptied_at_the_end(kernel):
     first, last = progress[0], progress[-1]
     assert first["msg_type"] == "display_data", progress
     assert first["content"]["data"]["text/plain"].startswith("compiling jit("), first
-    assert last["msg_type"] == "update_display_data", progress
-    assert last["content"]["data"]["text/plain"] == "", last
+    # At the end the display is emptied, or, when nothing but progress was shown in the
+    # cell yet (as here), removed by a clear_output (docs/engine-api.md, kernel/src/execute.rs).
+    after = outputs[outputs.index(last) + 1:]
+    cleared = any(m["msg_type"] == "clear_output" for m in after)
+    emptied = last["msg_type"] == "update_display_data" and last["content"]["data"]["text/plain"] == ""
+    assert cleared or emptied, outputs
     # the value is still the cell's execute_result, after the progress
     assert result_text(outputs).startswith("Array([")
     assert outputs.index(progress[-1]) < next(i for i, m in enumerate(outputs) if m["msg_type"] == "execute_result")
