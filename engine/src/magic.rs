@@ -570,7 +570,7 @@ pub fn mesh(m: Option<&crate::sharding::Mesh>) -> Result<crate::display::shardin
 /// `%help`: the magics and the prelude's main names.
 pub fn help() -> Text {
     Text(
-        "jaxrepl magics (one per cell, on its own line: the first, or after Rust statements, which run first;\n\
+        "jaxrepl magics (each on its own line: the first, or after Rust statements, which run first;\n\
          CALL is an expression such as f.call(&x); it ends with the line that closes its brackets,\n\
          and the lines after it run as Rust once the magic has shown its output):\n\
          \x20 %jaxpr CALL     the jaxpr of the jitted function CALL runs\n\

@@ -109,6 +109,16 @@ def test_lines_after_a_magic_run_after_it(kernel):
     reply, outputs = run(kc, '%jaxpr 1 + 1\nprintln!("not run");')
     e = the_error(reply, outputs)
     assert "made no jitted call" in e["evalue"] and "not run" not in text_of(outputs), outputs
+    # Several magics in one cell run in order, as IPython runs every line magic of a cell.
+    reply, outputs = run(kc, "%jaxpr f.call(&x)\n%jaxpr f.call(&x)\nlet k = 2;\nk")
+    ok(reply, outputs)
+    assert [m["msg_type"] for m in outputs] == ["display_data", "display_data", "execute_result"], outputs
+    assert all(m["content"]["data"]["text/plain"].startswith("{ lambda ; a:f32[2].") for m in outputs[:2]), outputs
+    assert outputs[2]["content"]["data"]["text/plain"] == "2"
+    # A magic's argument error names its line and the magic's usage.
+    reply, outputs = run(kc, "%jaxpr f.call(&x)\n\n%explain now")
+    e = the_error(reply, outputs)
+    assert e["ename"] == "MagicError" and "(line 3)" in e["evalue"] and "usage: %explain" in e["evalue"], e
 
 
 def test_dbg_names_the_cells_line(kernel):

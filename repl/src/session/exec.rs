@@ -179,19 +179,20 @@ impl Session {
             }
         }
         // Rust after a magic's argument runs as its own evaluation once the magic has run
-        // (its output shown first), with the cell's number and line numbers.
-        if let Some(at) = magic::split_after_magic(code) {
-            let label = self.execution_count.unwrap_or(self.cells_run + 1);
-            let first = self.execute_magic(&code[..at], sink);
+        // (its output shown first), with the cell's number and line numbers; a later magic
+        // in those lines runs the same way (IPython runs every line magic of a cell).
+        let label = self.execution_count.unwrap_or(self.cells_run + 1);
+        let mut part = code.to_string();
+        while let Some(at) = magic::split_after_magic(&part) {
+            let first = self.execute_magic(&part[..at], sink);
             if first != ExecStatus::Ok {
                 return if failed { ExecStatus::Error } else { first };
             }
             self.execution_count = Some(label);
-            let rest = format!("{}{}", "\n".repeat(code[..at].matches('\n').count()), &code[at..]);
-            let status = self.run_cell(&rest, &rest, None, sink);
-            return if failed && status == ExecStatus::Ok { ExecStatus::Error } else { status };
+            // Blank lines in place of the lines already run keep the line numbers.
+            part = format!("{}{}", "\n".repeat(part[..at].matches('\n').count()), &part[at..]);
         }
-        let status = self.execute_magic(code, sink);
+        let status = self.execute_magic(&part, sink);
         if failed && status == ExecStatus::Ok { ExecStatus::Error } else { status }
     }
 

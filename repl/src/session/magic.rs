@@ -79,20 +79,24 @@ pub fn magic_names() -> String {
 }
 
 /// Plain-text help for the magics and the session (what `%help` shows without an engine).
+/// A magic's usage line as `%help` shows it (`%timeit CALL`, `%sharding X`, `%memory`).
+fn usage(m: &MagicSpec) -> String {
+    match m.arg {
+        MagicArg::Call => format!("%{} CALL", m.name),
+        MagicArg::StageCall => format!("%{} [--stage S] CALL", m.name),
+        MagicArg::WordOrCompare => format!("%{} [V|compare CALL]", m.name),
+        MagicArg::None => format!("%{}", m.name),
+        MagicArg::Ref => format!("%{} X", m.name),
+        MagicArg::OptRef => format!("%{} [M]", m.name),
+    }
+}
+
 pub fn help_text() -> String {
     let mut text = String::from(
-        "Magics (one per cell, on its own line, after any Rust statements; CALL ends where its line closes its brackets, and later lines run as Rust after the magic):\n",
+        "Magics (each on its own line, after any Rust statements; CALL ends where its line closes its brackets, and later lines, other magics included, run after the magic):\n",
     );
     for m in MAGICS {
-        let usage = match m.arg {
-            MagicArg::Call => format!("%{} CALL", m.name),
-            MagicArg::StageCall => format!("%{} [--stage S] CALL", m.name),
-            MagicArg::WordOrCompare => format!("%{} [V|compare CALL]", m.name),
-            MagicArg::None => format!("%{}", m.name),
-            MagicArg::Ref => format!("%{} X", m.name),
-            MagicArg::OptRef => format!("%{} [M]", m.name),
-        };
-        text.push_str(&format!("  {usage:<16} {}\n", m.summary));
+        text.push_str(&format!("  {:<16} {}\n", usage(m), m.summary));
     }
     text.push_str(
         "CALL is a Rust expression, e.g. `%timeit f.call(&x)`.\n\
@@ -164,8 +168,7 @@ pub fn rewrite_mapped(cell: &str) -> (Rewrite, Option<MagicColumns>) {
     let line = prefix.matches('\n').count() + 1;
     let Some(spec) = MAGICS.iter().find(|m| m.name == name) else {
         let shown = if name.is_empty() { "%".to_string() } else { format!("%{name}") };
-        let place = if prefix.trim().is_empty() { String::new() } else { format!(" on line {line}") };
-        return (Rewrite::Error(format!("unknown magic `{shown}`{place}; the magics are: {}", magic_names())), None);
+        return (Rewrite::Error(format!("unknown magic `{shown}` on line {line}; the magics are: {}", magic_names())), None);
     };
     match magic_call(spec, arg) {
         Ok((head, body, tail)) => {
@@ -186,7 +189,9 @@ pub fn rewrite_mapped(cell: &str) -> (Rewrite, Option<MagicColumns>) {
             };
             (Rewrite::Code(format!("{prefix}{head}{body}{tail}")), Some(columns))
         }
-        Err(msg) => (Rewrite::Error(msg), None),
+        // The argument's own errors name the user's line and the magic's usage.
+        Err(msg) if msg.contains("\nusage: ") => (Rewrite::Error(msg), None),
+        Err(msg) => (Rewrite::Error(format!("{msg} (line {line})\nusage: {}", usage(spec))), None),
     }
 }
 
@@ -265,11 +270,10 @@ fn unbalanced_argument(spec: &MagicSpec, cell: &str, magic_at: usize, body_at: u
 /// `%mesh m, n`), on line `line` of the cell, with the usage; `None` otherwise. Without
 /// it rustc would see `&(x x)` and talk about the generated code (a tuple).
 fn second_expression(spec: &MagicSpec, body: &str, line: usize) -> Option<String> {
-    let usage = match spec.arg {
-        MagicArg::Ref => format!("%{} X", spec.name),
-        MagicArg::OptRef => format!("%{} [M]", spec.name),
-        _ => return None,
-    };
+    if !matches!(spec.arg, MagicArg::Ref | MagicArg::OptRef) {
+        return None;
+    }
+    let usage = usage(spec);
     let at = second_expression_at(body)?;
     let name = spec.name;
     Some(format!(
@@ -599,7 +603,7 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%compile --stage") else { panic!() };
         assert!(e.starts_with("%compile --stage needs a stage name"), "{e}");
         let Rewrite::Error(e) = rewrite("%compile --stage asm") else { panic!() };
-        assert_eq!(e, "%compile needs an expression to run, e.g. `%compile f.call(&x)`");
+        assert_eq!(e, "%compile needs an expression to run, e.g. `%compile f.call(&x)` (line 1)\nusage: %compile [--stage S] CALL");
     }
 
     #[test]
@@ -643,7 +647,7 @@ mod tests {
         let Rewrite::Error(e) = rewrite("let y = 1;\n%jaxp f.call(x)") else { panic!() };
         assert!(e.starts_with("unknown magic `%jaxp` on line 2; the magics are: %jaxpr,"), "{e}");
         let Rewrite::Error(e) = rewrite("let y = 1;\n%time") else { panic!() };
-        assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)`");
+        assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)` (line 2)\nusage: %time CALL");
     }
 
     #[test]
@@ -670,12 +674,12 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%jaxprr f.call(&x)") else { panic!() };
         assert_eq!(
             e,
-            "unknown magic `%jaxprr`; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %profile, %memory, %explain, %eqn-count, %precision, %sharding, %mesh, %help"
+            "unknown magic `%jaxprr` on line 1; the magics are: %jaxpr, %lower, %compile, %diff-passes, %cost, %time, %timeit, %profile, %memory, %explain, %eqn-count, %precision, %sharding, %mesh, %help"
         );
         let Rewrite::Error(e) = rewrite("%time") else { panic!() };
-        assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)`");
+        assert_eq!(e, "%time needs an expression to run, e.g. `%time f.call(&x)` (line 1)\nusage: %time CALL");
         let Rewrite::Error(e) = rewrite("%explain now") else { panic!() };
-        assert_eq!(e, "%explain takes no argument (got `now`)");
+        assert_eq!(e, "%explain takes no argument (got `now`) (line 1)\nusage: %explain");
         let Rewrite::Error(e) = rewrite("% ") else { panic!() };
         assert!(e.starts_with("unknown magic `%`"), "{e}");
     }
@@ -740,7 +744,7 @@ mod tests {
         let Rewrite::Error(e) = rewrite("%timeit -n 10 f.call(&x)") else { panic!() };
         assert_eq!(
             e,
-            "%timeit takes no options (IPython's `-n 10`): it picks the loop count itself (each of its 7 runs takes at least 0.2 s) and waits for every result; write `%timeit f.call(&x)`"
+            "%timeit takes no options (IPython's `-n 10`): it picks the loop count itself (each of its 7 runs takes at least 0.2 s) and waits for every result; write `%timeit f.call(&x)` (line 1)\nusage: %timeit CALL"
         );
         let Rewrite::Error(e) = rewrite("%timeit -r 3 -n 5 f.call(&x)") else { panic!() };
         assert!(e.contains("IPython's `-r 3`"), "{e}");
