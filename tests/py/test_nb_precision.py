@@ -48,7 +48,7 @@ def nb(jaxrepl_kernelspec):
 def errors_by_name(text):
     """`NAME  1.2e-3` rows (the loop's lines and the %precision compare table)."""
     rows = {}
-    for m in re.finditer(r"^(\w+)(?: \(reference\))?\s+([0-9.]+e-?[0-9]+)\b", text, re.M):
+    for m in re.finditer(r"^(\w+)(?: \(reference\))?\s+([0-9.]+e[-+]?[0-9]+)\b", text, re.M):
         rows[m.group(1)] = float(m.group(2))
     return rows
 
