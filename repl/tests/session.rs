@@ -84,7 +84,7 @@ fn magics_report_errors_without_the_engine(s: &mut Session) {
     assert_eq!(r.status, ExecStatus::Error);
     let (ename, evalue, _) = r.error().unwrap();
     assert_eq!(ename, "MagicError");
-    assert!(evalue.starts_with("unknown magic `%nosuch`; the magics are: %jaxpr"), "{evalue}");
+    assert!(evalue.starts_with("unknown magic `%nosuch` on line 1; the magics are: %jaxpr"), "{evalue}");
     let r = run(s, "%help");
     assert_eq!(r.status, ExecStatus::Ok);
     assert!(r.plain().unwrap().contains("%timeit CALL"));

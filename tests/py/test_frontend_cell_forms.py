@@ -9,7 +9,11 @@
 - a `?` on a non-engine error is named by the error's type (`ParseIntError`);
 - `dbg!` shows `[cell N, line L]`, not evcxr's `[src/lib.rs:..]`;
 - at a dumb terminal (TERM=dumb: no raw mode) Ctrl-C in a continuation line discards the
-  pending lines, as it does at the full prompt.
+  pending lines, as it does at the full prompt;
+- a variable that a cell moves (evcxr drops it silently) is named in a note with the line
+  that took it and the fix;
+- a CALL magic given two expressions (`%cost 3 4`) is a MagicError with its usage, not
+  rustc's error about the generated closure.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ def test_a_cell_with_evcxr_commands_keeps_question_mark_errors_and_lines(kernel)
     e = the_error(reply, outputs)
     n = reply["execution_count"]
     assert e["ename"] == "ParseIntError", e
-    assert f"the `?` at cell {n}, line 2 returned an error (printed above)" == e["evalue"], e
+    assert f"the `?` at cell {n}, line 2 returned the error printed above; the cell stopped there" == e["evalue"], e
     assert "after" not in text_of(outputs), outputs
     # A compile error in such a cell is on the user's line (the session's line is not counted).
     reply, outputs = run(kc, ':timing\n\nlet y: i32 = "a";')
@@ -55,6 +59,33 @@ def test_a_cell_with_evcxr_commands_keeps_question_mark_errors_and_lines(kernel)
     assert e["ename"] == "CompileError" and " --> cell:3:14" in e["traceback"], e
     reply, outputs = run(kc, ":timing")  # commands only: still fine
     ok(reply, outputs)
+
+
+@needs_engine
+def test_a_moved_variable_is_named_with_the_fix(kernel):
+    _, kc = kernel
+    reply, outputs = run(kc, "let kept = jnp::arange(3.0);\nlet moved = jnp::arange(4.0);", timeout=FIRST_CELL_TIMEOUT)
+    ok(reply, outputs)
+    reply, outputs = run(kc, "fn take(a: Array) -> Array { a * 2.0 }\nlet n = 1;\nlet doubled = take(moved);\ndoubled")
+    ok(reply, outputs)
+    seen = text_of(outputs)
+    assert "Array([0., 2., 4., 6.], dtype=float32)" in seen, outputs
+    notes = [m["content"]["text"] for m in outputs if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"]
+    assert notes == ["note: `moved` was moved by this cell (line 3) and is no longer defined; to keep it, pass `&moved` or `moved.clone()` instead\n"], outputs
+    # The variable is really gone, and the one not moved is kept (no note for it).
+    reply, outputs = run(kc, "kept.shape().to_vec()")
+    ok(reply, outputs)
+    assert "stderr" not in str(outputs) and "[3]" in text_of(outputs), outputs
+    reply, outputs = run(kc, "moved")
+    assert reply["status"] == "error", outputs
+
+
+def test_a_call_magic_given_two_expressions_is_a_magic_error(kernel):
+    _, kc = kernel
+    reply, outputs = run(kc, "%cost 3 4", timeout=FIRST_CELL_TIMEOUT)
+    e = the_error(reply, outputs)
+    assert e["ename"] == "MagicError", e
+    assert e["evalue"] == "%cost takes one expression (a call), but line 1 has more: `3 4` (a second one starts at `4`)\nusage: %cost CALL, e.g. `%cost f.call(&x)`", e
 
 
 def test_an_unclosed_bracket_names_the_users_delimiter(kernel):

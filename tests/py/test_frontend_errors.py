@@ -62,7 +62,7 @@ def test_an_error_returned_with_question_mark_is_an_error_with_the_users_line(ke
     reply, outputs = run(kc, 'let n: i32 = "abc".parse()?;')
     tb = failed(reply, outputs)
     assert reply["ename"] == "ParseIntError", reply  # the type, read from its `{:#?}` text
-    assert f"the `?` at cell {reply['execution_count']}, line 1 returned an error (printed above)" in reply["evalue"], reply
+    assert f"the `?` at cell {reply['execution_count']}, line 1 returned the error printed above; the cell stopped there" in reply["evalue"], reply
     assert "InvalidDigit" in text_of(outputs), outputs
     # The session goes on, with the variables of the cells that succeeded.
     reply, outputs = run(kc, "x.sum()")

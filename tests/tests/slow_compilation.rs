@@ -17,6 +17,17 @@ fn unrolled(x: Array) -> Array {
     y
 }
 
+/// A loop body of three lines: each is traced once per step.
+fn unrolled_body(x: Array) -> Array {
+    let mut y = x;
+    for _ in 0..150 {
+        y = y.sin(); // BODY FIRST
+        y = y * 2.0;
+        y = y + 1.0; // BODY LAST
+    }
+    y.sum()
+}
+
 fn line_of(marker: &str) -> usize {
     let src = include_str!("slow_compilation.rs");
     src.lines().position(|l| l.contains(marker) && !l.contains("line_of")).expect("marker") + 1
@@ -41,6 +52,18 @@ fn eqn_counts_per_line_and_unrolled_loop_warning() {
     let w = warnings.iter().find(|w| w.contains("unrolled")).expect("an unrolled-loop warning");
     assert!(w.starts_with(&format!("tracing jit(unrolled) staged {STEPS} of its {STEPS} equations at {file}:{line}:")), "{w}");
     assert!(w.contains("Use lax::fori_loop or lax::scan"), "{w}");
+
+    // A body of three lines: the warning counts all of them and names their range.
+    let before = jax::transform::jit::warnings_issued().len();
+    let h = jit(unrolled_body);
+    h.call(&x).unwrap();
+    let (first, last) = (line_of("// BODY FIRST"), line_of("// BODY LAST"));
+    let warnings: Vec<String> = jax::transform::jit::warnings_issued()[before..].to_vec();
+    let w = warnings.iter().find(|w| w.contains("unrolled")).expect("an unrolled-loop warning");
+    assert!(
+        w.starts_with(&format!("tracing jit(unrolled_body) staged 450 of its 451 equations at {file}:{first}-{last}: a Rust loop around those lines")),
+        "{w}"
+    );
 
     // The same with fori_loop: the body is traced once, one scan equation, no warning.
     let before = jax::transform::jit::warnings_issued().len();

@@ -65,24 +65,49 @@ impl fmt::Display for EqnCounts {
 /// A line must stage at least this many equations before the unrolled-loop warning.
 pub const UNROLLED_LINE_EQNS: usize = 100;
 
+/// A line staging at least this many equations, in the same file as the line that set off
+/// the warning, counts as part of the unrolled loop's body (a body of several lines has
+/// each line traced once per iteration).
+pub const UNROLLED_BODY_LINE_EQNS: usize = 10;
+
 /// The warning for a trace in which one line staged `UNROLLED_LINE_EQNS` or more
-/// equations (a Rust loop unrolled into the trace), naming the line; `None` otherwise.
+/// equations (a Rust loop unrolled into the trace), naming the loop's lines: the line
+/// that staged the most and every line of the same file that staged
+/// `UNROLLED_BODY_LINE_EQNS` or more (`cell 3, line 4`, or `cell 3, lines 3-5` with the
+/// equations of all of them); `None` otherwise.
 pub fn unrolled_loop_warning(name: &str, j: &Jaxpr) -> Option<String> {
-    let mut counts: HashMap<&SourceInfo, usize> = HashMap::new();
+    let mut counts: HashMap<(&str, u32), (usize, &SourceInfo)> = HashMap::new();
     // Only the top level: equations inside a fori_loop/scan body are traced once.
     for e in &j.eqns {
         if let Some(s) = &e.source {
-            *counts.entry(s).or_insert(0) += 1;
+            counts.entry((s.file.as_str(), s.line)).or_insert((0, s)).0 += 1;
         }
     }
-    let (site, n) = counts.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.line.cmp(&a.0.line)))?;
-    (n >= UNROLLED_LINE_EQNS).then(|| {
-        format!(
-            "tracing {name} staged {n} of its {} equations at {}: a Rust loop around that line is unrolled \
-             into the trace (its body is traced once per iteration), which makes tracing and compiling slow. \
-             Use lax::fori_loop or lax::scan to trace the body once.",
-            j.eqns.len(),
-            site.line_label()
-        )
-    })
+    let (&(file, _), &(n, site)) = counts.iter().max_by(|a, b| a.1.0.cmp(&b.1.0).then_with(|| b.0.1.cmp(&a.0.1)))?;
+    if n < UNROLLED_LINE_EQNS {
+        return None;
+    }
+    let body: Vec<(u32, usize)> = counts
+        .iter()
+        .filter(|((f, _), (c, _))| *f == file && *c >= UNROLLED_BODY_LINE_EQNS)
+        .map(|((_, l), (c, _))| (*l, *c))
+        .collect();
+    let staged: usize = body.iter().map(|b| b.1).sum();
+    let (first, last) = (body.iter().map(|b| b.0).min()?, body.iter().map(|b| b.0).max()?);
+    let (at, those) = if body.len() == 1 {
+        (site.line_label(), "that line")
+    } else {
+        let lines = format!("lines {first}-{last}");
+        let label = match site.cell() {
+            Some(c) => format!("cell {c}, {lines}"),
+            None => format!("{}:{first}-{last}", site.file),
+        };
+        (label, "those lines")
+    };
+    Some(format!(
+        "tracing {name} staged {staged} of its {} equations at {at}: a Rust loop around {those} is unrolled \
+         into the trace (its body is traced once per iteration), which makes tracing and compiling slow. \
+         Use lax::fori_loop or lax::scan to trace the body once.",
+        j.eqns.len(),
+    ))
 }

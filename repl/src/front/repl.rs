@@ -182,9 +182,7 @@ fn run_cell(session: &RefCell<Session>, printer: &Printer, count: usize, line: &
     if std::env::var_os("JAXREPL_TIMING").is_some() {
         eprintln!("[timing] cell {count}: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
     }
-    if status == ExecStatus::Interrupted {
-        println!("(interrupted)");
-    }
+    // An interrupted cell has already shown its `Interrupted`/`KeyboardInterrupt` error.
     status
 }
 

@@ -84,6 +84,47 @@ pub fn not_kept_note(lost: &[Binding], stale: &[Binding]) -> Option<String> {
     Some(text)
 }
 
+/// The note for variables an earlier cell defined that a successful cell moved: evcxr
+/// drops a moved variable from the session without a word (`let y = f(x);` with
+/// `fn f(a: Array)` takes `x`), so the session names each, with the first line of the
+/// cell that uses it, and the fix. `before`/`after`: the session's `(name, type)` lists
+/// around the cell. `None` when nothing went missing or the cell ran `:clear`.
+pub fn moved_note(before: &[(String, String)], after: &[(String, String)], code: &str) -> Option<String> {
+    if code.lines().any(|l| l.trim_start().starts_with(":clear")) {
+        return None;
+    }
+    let gone: Vec<&str> = before
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| !after.iter().any(|(m, _)| m == n))
+        .collect();
+    if gone.is_empty() {
+        return None;
+    }
+    let parsed = SourceFile::parse(&format!("fn f(){{{code}\n}}"), Edition::CURRENT);
+    let first_use = |name: &str| -> Option<usize> {
+        let at = parsed
+            .tree()
+            .syntax()
+            .descendants()
+            .filter_map(ast::NameRef::cast)
+            .find(|r| r.text() == name)
+            .map(|r| usize::from(r.syntax().text_range().start()).saturating_sub("fn f(){".len()).min(code.len()))?;
+        Some(code[..at].matches('\n').count() + 1)
+    };
+    let lines: Vec<String> = gone
+        .iter()
+        .map(|n| {
+            let at = first_use(n).map(|l| format!(" (line {l})")).unwrap_or_default();
+            format!(
+                "note: `{n}` was moved by this cell{at} and is no longer defined; to keep it, \
+                 pass `&{n}` or `{n}.clone()` instead"
+            )
+        })
+        .collect();
+    Some(lines.join("\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +165,17 @@ mod tests {
         let note = not_kept_note(&lost[..1], &stale).unwrap();
         assert!(note.starts_with("This cell's variable `keep1` (line 1) was not kept; `x` (line 1) keeps its value from before the cell:"), "{note}");
         assert_eq!(not_kept_note(&[], &[]), None);
+    }
+
+    #[test]
+    fn moved_variables_are_named_with_the_line_that_took_them() {
+        let v = |names: &[&str]| names.iter().map(|n| (n.to_string(), "Array".to_string())).collect::<Vec<_>>();
+        let note = moved_note(&v(&["w", "x", "y"]), &v(&["w", "y"]), "let n = 1;\nlet z = consume(x);").unwrap();
+        assert_eq!(
+            note,
+            "note: `x` was moved by this cell (line 2) and is no longer defined; to keep it, pass `&x` or `x.clone()` instead"
+        );
+        assert_eq!(moved_note(&v(&["x"]), &v(&["x", "z"]), "let z = x.clone();"), None);
+        assert_eq!(moved_note(&v(&["x"]), &v(&[]), ":clear"), None);
     }
 }

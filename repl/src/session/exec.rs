@@ -358,6 +358,9 @@ impl Session {
                 for e in errors {
                     sink(e);
                 }
+                if !had_errors && let Some(note) = bindings::moved_note(&vars_before, &self.vars, rewritten) {
+                    sink(Output::Stderr(format!("{note}\n")));
+                }
                 if let Some(d) = display {
                     sink(d);
                 }

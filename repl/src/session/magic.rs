@@ -270,14 +270,17 @@ fn unbalanced_argument(spec: &MagicSpec, cell: &str, magic_at: usize, body_at: u
 /// `%mesh m, n`), on line `line` of the cell, with the usage; `None` otherwise. Without
 /// it rustc would see `&(x x)` and talk about the generated code (a tuple).
 fn second_expression(spec: &MagicSpec, body: &str, line: usize) -> Option<String> {
-    if !matches!(spec.arg, MagicArg::Ref | MagicArg::OptRef) {
-        return None;
-    }
+    let (what, example) = match spec.arg {
+        MagicArg::Ref | MagicArg::OptRef => ("one expression", "x"),
+        // `%cost 3 4`: rustc would report the generated closure `|| (3 4)`.
+        MagicArg::Call | MagicArg::StageCall => ("one expression (a call)", "f.call(&x)"),
+        MagicArg::None | MagicArg::WordOrCompare => return None,
+    };
     let usage = usage(spec);
     let at = second_expression_at(body)?;
     let name = spec.name;
     Some(format!(
-        "%{name} takes one expression, but line {line} has more: `{}` (a second one starts at `{}`)\nusage: {usage}, e.g. `%{name} x`",
+        "%{name} takes {what}, but line {line} has more: `{}` (a second one starts at `{}`)\nusage: {usage}, e.g. `%{name} {example}`",
         body.trim(),
         body[at..].trim()
     ))
@@ -565,6 +568,14 @@ mod tests {
     fn a_second_expression_for_a_one_expression_magic_is_a_magic_error() {
         let Rewrite::Error(e) = rewrite("%sharding x x") else { panic!() };
         assert_eq!(e, "%sharding takes one expression, but line 1 has more: `x x` (a second one starts at `x`)\nusage: %sharding X, e.g. `%sharding x`");
+        // A CALL magic given two expressions; one call (with spaces, keywords, blocks) is fine.
+        let Rewrite::Error(e) = rewrite("%cost 3 4") else { panic!() };
+        assert_eq!(e, "%cost takes one expression (a call), but line 1 has more: `3 4` (a second one starts at `4`)\nusage: %cost CALL, e.g. `%cost f.call(&x)`");
+        let Rewrite::Error(e) = rewrite("%compile --stage asm f.call(&x) y") else { panic!() };
+        assert!(e.starts_with("%compile takes one expression (a call), but line 1 has more: `f.call(&x) y`"), "{e}");
+        for ok in ["%time for i in 0..3 { f.call(&x); }", "%timeit f.call(&x) as i32", "%cost if a { f.call(&x) } else { g.call(&x) }", "%time move || f.call(&x)"] {
+            assert!(matches!(rewrite(ok), Rewrite::Code(_)), "{ok}");
+        }
         let Rewrite::Error(e) = rewrite("let m = 1;\n%mesh m, n;") else { panic!() };
         assert!(e.starts_with("%mesh takes one expression, but line 2 has more: `m, n` (a second one starts at `n`)\nusage: %mesh [M]"), "{e}");
         assert!(matches!(rewrite("%sharding ys[0] \"a\""), Rewrite::Error(_)));

@@ -142,11 +142,10 @@ impl StderrRouter {
                 Some(json) => self.engine_stop(&json),
                 None => {
                     let ename = debug_type_name(&self.recent).unwrap_or_else(|| "Error".into());
-                    Output::Error {
-                        evalue: format!("the `?` at {} returned an error (printed above)", self.place),
-                        traceback: vec![format!("{ename}: the `?` at {} returned the error printed above; the cell stopped there", self.place)],
-                        ename,
-                    }
+                    // One sentence for both (Jupyter shows the evalue in summaries, the
+                    // traceback in the cell).
+                    let evalue = format!("the `?` at {} returned the error printed above; the cell stopped there", self.place);
+                    Output::Error { traceback: vec![format!("{ename}: {evalue}")], evalue, ename }
                 }
             };
             self.stops.push(stop);
@@ -300,15 +299,15 @@ mod tests {
         assert_eq!(seen.len(), 3, "{seen:?}");
         assert_eq!(seen[0], Output::Stderr("ParseIntError {\n".into()));
         let [Output::Error { ename, evalue, .. }] = r.stops.as_slice() else { panic!("{:?}", r.stops) };
-        assert_eq!((ename.as_str(), evalue.as_str()), ("ParseIntError", "the `?` at cell 7, line 1 returned an error (printed above)"));
+        assert_eq!((ename.as_str(), evalue.as_str()), ("ParseIntError", "the `?` at cell 7, line 1 returned the error printed above; the cell stopped there"));
         // Non-ASCII text around: lines still count (and nothing panics).
         let (_, r) = route_all(9, "let crème_brûlée = \"é?\";\nlet é = f()?;", &[STOP_MARKER.to_string()]);
         let [Output::Error { evalue, .. }] = r.stops.as_slice() else { panic!() };
-        assert_eq!(evalue, "the `?` at cell 9, line 2 returned an error (printed above)");
+        assert_eq!(evalue, "the `?` at cell 9, line 2 returned the error printed above; the cell stopped there");
         // `?`s on two lines: only the cell is named.
         let (_, r) = route_all(8, "a()?;\nb()?;", &[STOP_MARKER.to_string()]);
         let [Output::Error { evalue, .. }] = r.stops.as_slice() else { panic!() };
-        assert_eq!(evalue, "the `?` at cell 8 returned an error (printed above)");
+        assert_eq!(evalue, "the `?` at cell 8 returned the error printed above; the cell stopped there");
     }
 
     #[test]

@@ -223,7 +223,7 @@ pub fn compile_errors(
             None => format!("{}: {message}", error.level()),
         };
         if first.is_none() {
-            first = Some(message);
+            first = Some(message.clone());
         }
         if !traceback.is_empty() {
             traceback.push(String::new());
@@ -301,9 +301,18 @@ pub fn compile_errors(
             if magic.is_some() && help.contains("closure") {
                 continue;
             }
-            if let Some(line) = help.lines().next() {
+            let mut lines = help.lines();
+            if let Some(line) = lines.next() {
                 traceback.push(format!("{pad} = help: {line}"));
+                // A list follows the advice (rustc's "the following other types implement
+                // trait ..:"): shown too, as rustc shows it.
+                if line.trim_end().ends_with(':') {
+                    traceback.extend(lines.take(HELP_LIST_LINES).map(|l| format!("{pad}         {l}")));
+                }
             }
+        }
+        if let Some(note) = scalar_operand_note(&message) {
+            traceback.push(format!("{pad} = note: {note}"));
         }
         if let Some((_, note)) = &macro_note {
             traceback.push(format!("{pad} = note: {note}"));
@@ -322,6 +331,26 @@ pub fn compile_errors(
     }
 }
 
+/// The most lines of a list in rustc's help shown under it (rustc itself ends a long list
+/// with "and N others").
+const HELP_LIST_LINES: usize = 10;
+
+/// The note for an operator between an `Array` and a Rust scalar type the engine's
+/// operators do not take (`x + 1.0f32`, `x * n` with `n: usize`): arrays take `f64` and
+/// `i32` scalars, JAX's weak-typed Python scalars, so that a literal (`x * 2.0`) infers.
+fn scalar_operand_note(message: &str) -> Option<String> {
+    const OPS: &[&str] = &["cannot add", "cannot subtract", "cannot multiply", "cannot divide"];
+    const OTHER: &[&str] = &["`f32`", "`f16`", "`i8`", "`i16`", "`i64`", "`i128`", "`isize`", "`u8`", "`u16`", "`u32`", "`u64`", "`u128`", "`usize`"];
+    let scalar = OTHER.iter().find(|t| message.contains(*t))?;
+    (OPS.iter().any(|op| message.starts_with(op)) && message.contains("Array`")).then(|| {
+        format!(
+            "an Array's operators take Rust `f64` and `i32` scalars (JAX's weak-typed Python scalars, which keep \
+             the array's dtype), not {scalar}: convert it (`x + c as f64`), or use a strongly typed scalar array \
+             (`jnp::full(&[], c, DType::F32)`)"
+        )
+    })
+}
+
 /// A plain error output with a one-line traceback.
 pub fn simple_error(ename: &str, evalue: impl Into<String>) -> Output {
     let evalue = evalue.into();
@@ -337,6 +366,16 @@ pub fn simple_error(ename: &str, evalue: impl Into<String>) -> Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unsupported_scalar_operand_gets_a_note() {
+        let note = scalar_operand_note("cannot add `f32` to `jax::Array`").unwrap();
+        assert!(note.starts_with("an Array's operators take Rust `f64` and `i32` scalars"), "{note}");
+        assert!(note.contains("not `f32`: convert it (`x + c as f64`)"), "{note}");
+        assert!(scalar_operand_note("cannot multiply `Array` by `usize`").unwrap().contains("not `usize`"));
+        assert_eq!(scalar_operand_note("cannot add `f64` to `Array`"), None);
+        assert_eq!(scalar_operand_note("cannot add `f32` to `String`"), None);
+    }
 
     #[test]
     fn engine_error_frame_is_parsed() {
