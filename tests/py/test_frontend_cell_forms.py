@@ -13,7 +13,8 @@
 - a variable that a cell moves (evcxr drops it silently) is named in a note with the line
   that took it and the fix;
 - a CALL magic given two expressions (`%cost 3 4`) is a MagicError with its usage, not
-  rustc's error about the generated closure.
+  rustc's error about the generated closure; a magic whose expression does not compile says
+  that the Rust above it did not run either.
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ def test_a_call_magic_given_two_expressions_is_a_magic_error(kernel):
     e = the_error(reply, outputs)
     assert e["ename"] == "MagicError", e
     assert e["evalue"] == "%cost takes one expression (a call), but line 1 has more: `3 4` (a second one starts at `4`)\nusage: %cost CALL, e.g. `%cost f.call(&x)`", e
+    # Rust above a magic whose expression does not compile did not run: the error says so.
+    reply, outputs = run(kc, "let above = 5;\n%cost no_such_function(above)")
+    e = the_error(reply, outputs)
+    assert e["ename"] == "CompileError", e
+    assert e["traceback"][-1].startswith("note: nothing in this cell ran: the Rust above the magic (lines 1-1) compiles together with it"), e
 
 
 def test_an_unclosed_bracket_names_the_users_delimiter(kernel):

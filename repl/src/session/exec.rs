@@ -385,7 +385,20 @@ impl Session {
                 // A cell ending inside a bracket or string: rustc would point at the
                 // session's wrapper brace; the user's unclosed delimiter is named instead.
                 let unclosed = if magic.is_none() { super::complete::unclosed_error(user_code) } else { None };
-                sink(unclosed.unwrap_or_else(|| render::compile_errors(&errors, user_code, inserted, magic)));
+                let mut out = unclosed.unwrap_or_else(|| render::compile_errors(&errors, user_code, inserted, magic));
+                // Rust above a magic compiles with it: a user used to IPython's line-by-line
+                // cells would expect those statements to have run.
+                if let (Some(m), Output::Error { traceback, .. }) = (magic, &mut out)
+                    && user_code.lines().take(m.line.saturating_sub(1)).any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
+                {
+                    traceback.push(String::new());
+                    traceback.push(format!(
+                        "note: nothing in this cell ran: the Rust above the magic (lines 1-{}) compiles together with it, so \
+                         it did not run either; put those lines in their own cell to keep what they bind",
+                        m.line - 1
+                    ));
+                }
+                sink(out);
                 ExecStatus::Error
             }
             Ok(Err(evcxr::Error::TypeRedefinedVariablesLost(lost))) => {
