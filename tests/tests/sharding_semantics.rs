@@ -197,3 +197,83 @@ fn two_shard_maps_over_two_meshes_in_one_jit() {
     assert_eq!(ca.to_vec::<f32>().unwrap(), ea);
     assert_eq!(cb.to_vec::<f32>().unwrap(), eb);
 }
+
+/// `debug::visualize_array_sharding` inside a `shard_map` body (JAX's fails on the tracer):
+/// at trace time it draws the mesh's devices, each holding one block of the value's type,
+/// titled with the mesh axes the value varies over (an argument over its in_spec's axes; a
+/// `psum` over 'j' makes it invariant along 'j'; a closed-over constant varies over none).
+/// Outside a body a tracer is still the TypeError pointing to `inspect_array_sharding`.
+#[test]
+fn visualize_array_sharding_inside_a_shard_map_body_draws_the_local_blocks() {
+    eight_cpu_devices();
+    let m = make_mesh(&[4, 2], &["i", "j"], None).unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    let f = shard_map(
+        move |x: Array| -> Result<Array> {
+            log.lock().unwrap().push(debug::visualize_array_sharding(&x)?.to_string());
+            let s = lax::psum(&x, "j")?;
+            log.lock().unwrap().push(debug::visualize_array_sharding(&s)?.to_string());
+            let c = jnp::ones(&[2, 2], DType::F32) * 3.0;
+            log.lock().unwrap().push(debug::visualize_array_sharding(&c)?.to_string());
+            let t = lax::psum(&s, "i")?;
+            log.lock().unwrap().push(debug::visualize_array_sharding(&t)?.to_string());
+            Ok(&s + &t)
+        },
+        Some(&m),
+        P!("i", "j"),
+        P!("i", None),
+    );
+    let x = jnp::arange(32.0f32).reshape(&[8, 4]);
+    let y = f.call(x.clone()).unwrap();
+    // The value: per row block, the sum over its two column blocks plus the sum over all blocks.
+    let hx = x.to_vec::<f32>().unwrap();
+    let mut want = vec![0.0f32; 16];
+    for r in 0..8 {
+        for c in 0..2 {
+            let s = hx[r * 4 + c] + hx[r * 4 + c + 2];
+            let t: f32 = (0..4).map(|bi| hx[(bi * 2 + r % 2) * 4 + c] + hx[(bi * 2 + r % 2) * 4 + c + 2]).sum();
+            want[r * 2 + c] = s + t;
+        }
+    }
+    assert_eq!(y.to_vec::<f32>().unwrap(), want);
+    // Under jit the body is traced again (inside the jit's trace): the same drawings.
+    let f2 = f.clone();
+    let jf = jit(move |x: Array| f2.call(x));
+    assert_eq!(jf.call(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 8, "{seen:?}");
+    assert_eq!(seen[..4], seen[4..]);
+    let first = |s: &str| s.lines().next().unwrap_or_default().to_string();
+    let title = |over: &str| format!("float32[2,2] block on each device of {m}; {over}");
+    assert_eq!(first(&seen[0]), title("varies over ('i', 'j')"));
+    assert_eq!(first(&seen[1]), title("varies over 'i'"));
+    assert_eq!(first(&seen[2]), title("the same block on every device (varies over no mesh axis)"));
+    assert_eq!(first(&seen[3]), title("the same block on every device (varies over no mesh axis)"));
+    // Below the title, the mesh's grid (as `visualize_mesh`).
+    let grid = |s: &str| s.lines().skip(1).collect::<Vec<_>>().join("
+");
+    assert_eq!(grid(&seen[0]), grid(&jax::sharding::visualize_mesh(&m).to_string()));
+    expect_test::expect![[r#"
+        float32[2,2] block on each device of Mesh('i': 4, 'j': 2, axis_types=(Explicit, Explicit)); varies over ('i', 'j')
+               j=0     j=1
+            ┌───────┬───────┐
+        i=0 │ CPU 0 │ CPU 1 │
+            ├───────┼───────┤
+        i=1 │ CPU 2 │ CPU 3 │
+            ├───────┼───────┤
+        i=2 │ CPU 4 │ CPU 5 │
+            ├───────┼───────┤
+        i=3 │ CPU 6 │ CPU 7 │
+            └───────┴───────┘
+    "#]].assert_eq(&seen[0]);
+    // Under jit, outside a shard_map body: the TypeError.
+    let g = jit(|x: Array| -> Result<Array> {
+        debug::visualize_array_sharding(&x)?;
+        Ok(x)
+    });
+    let e = g.call(&x).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Type);
+    assert!(e.message.contains("inspect_array_sharding"), "{e}");
+}
+
