@@ -135,11 +135,54 @@ pub fn jaxpr<T>(call: impl FnOnce() -> T) -> Result<ClosedJaxpr> {
 /// `sdy.manual_computation` region (in/out shardings, manual axes, the body on blocks with
 /// its collectives as StableHLO ops); `%compile` shows the per-device segments that run.
 pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
-    let (_, e) = last_call(call)?;
+    let (name, e) = last_call(call)?;
     if let Some(t) = take_partitioned() {
         return Ok(Text(t.lowered));
     }
+    if e.compiled.get().is_none() && e.has_shard_map {
+        // Ran equation by equation (e.g. `shard_map`s over several meshes): the global
+        // module still lowers for display, each mesh its own `sdy.mesh` symbol.
+        if let Some(t) = shard_map_display_module(&name, &e) {
+            return Ok(Text(t));
+        }
+    }
     Ok(Text(compiled(&e)?.lowered.text.clone()))
+}
+
+/// The display module of a `shard_map` program that ran equation by equation: each
+/// `shard_map` one `sdy.manual_computation` (its mesh declared as `sdy.mesh @mesh`,
+/// `@mesh_0`, ...), Shardy annotations on `@main` for the first mesh.
+fn shard_map_display_module(name: &str, e: &CacheEntry) -> Option<String> {
+    let m = crate::transform::pipeline::lower_closed(&e.jaxpr, name, &Default::default()).ok()?;
+    Some(match crate::sharding_rules::annotations(&e.jaxpr, &vec![None; e.jaxpr.jaxpr.invars.len()]) {
+        Some(a) => crate::sharding_rules::annotate_text(&m.text, &a),
+        None => m.text,
+    })
+}
+
+/// `%compile`'s text for a `shard_map` program that ran equation by equation (no single
+/// compiled program): why, then each `shard_map`'s mesh and per-device body.
+fn shard_map_per_equation_text(e: &CacheEntry) -> String {
+    let sms: Vec<&crate::ir::ShardMapParams> = e.jaxpr.jaxpr.eqns.iter().filter_map(|q| match &q.primitive {
+        crate::ir::Primitive::ShardMap(sm) => Some(&**sm),
+        _ => None,
+    }).collect();
+    let mut meshes: Vec<&crate::sharding::Mesh> = vec![];
+    for sm in &sms {
+        if !meshes.contains(&&sm.mesh) {
+            meshes.push(&sm.mesh);
+        }
+    }
+    let why = if meshes.len() > 1 {
+        format!("its shard_maps are over {} meshes (the partitioner runs one mesh per program)", meshes.len())
+    } else {
+        "the partitioner could not take it (arguments sharded on another mesh, donation, effects, or callbacks, nested shard_map or collectives inside control flow in the body)".to_string()
+    };
+    let mut t = format!("// jaxrepl: this call ran equation by equation: {why}; each shard_map runs its body per device on its mesh\n");
+    for (k, sm) in sms.iter().enumerate() {
+        t.push_str(&format!("// shard_map {} on {}, in_specs={:?} out_specs={:?}: per-device body\n{}\n", k + 1, sm.mesh, sm.in_specs, sm.out_specs, sm.jaxpr));
+    }
+    t
 }
 
 /// `%compile CALL`: the optimized module after the compile pipeline. A call on sharded
@@ -149,6 +192,9 @@ pub fn compile<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (_, e) = last_call(call)?;
     if let Some(t) = take_partitioned() {
         return Ok(Text(t.compiled));
+    }
+    if e.compiled.get().is_none() && e.has_shard_map {
+        return Ok(Text(shard_map_per_equation_text(&e)));
     }
     Ok(Text(compiled(&e)?.executable.optimized_ir().to_string()))
 }

@@ -1349,10 +1349,13 @@ impl Array {
 pub fn visualize_array_sharding(x: &Array) -> Result<crate::display::sharding_view::ShardingView> {
     let d = match &x.0 {
         Repr::Device(d) => d,
-        Repr::Tracer(_) => {
+        Repr::Tracer(t) => {
+            if let Some(view) = crate::transform::shard_map::body_view(t) {
+                return view;
+            }
             return Err(Error::type_error(
                 "visualize_array_sharding needs a concrete array; inside jit use debug::inspect_array_sharding(&x, |s| ...)",
-            ))
+            ));
         }
     };
     let blocks = match d.sharded_info() {
@@ -1413,13 +1416,35 @@ pub(crate) fn visualize_blocks(
 /// other axes, row-major), labelled `axis=index`, under the mesh's `str`. The text form
 /// is a box table; Jupyter gets the HTML grid.
 pub fn visualize_mesh(mesh: &Mesh) -> crate::display::sharding_view::ShardingView {
+    mesh_grid(mesh, &mesh.to_string(), "")
+}
+
+/// The drawing of a value inside a `shard_map` body (beyond JAX, whose
+/// `visualize_array_sharding` fails on the body's tracers): the mesh's devices on
+/// `visualize_mesh`'s grid, each holding one block of type `block` (the HTML cell notes its
+/// bytes), under the title `float32[2,2] block on each device of Mesh(..); varies over
+/// 'i'` (devices differing only along other axes hold equal blocks; `the same block on
+/// every device` when it varies over none).
+pub(crate) fn visualize_body_block(block: &ShapedArray, mesh: &Mesh, varying: &[String]) -> crate::display::sharding_view::ShardingView {
+    let over = match varying.len() {
+        0 => "the same block on every device (varies over no mesh axis)".to_string(),
+        1 => format!("varies over '{}'", varying[0]),
+        _ => format!("varies over ({})", varying.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(", ")),
+    };
+    let bytes = crate::display::sharding_view::bytes_text(block.size() * block.dtype.size_bytes());
+    mesh_grid(mesh, &format!("{} block on each device of {mesh}; {over}", block.long()), &bytes)
+}
+
+/// `mesh`'s devices on a grid (rows: the first axis; columns: the other axes, row-major),
+/// labelled `axis=index`, under `title`; each cell's HTML note `note`.
+fn mesh_grid(mesh: &Mesh, title: &str, note: &str) -> crate::display::sharding_view::ShardingView {
     use crate::display::sharding_view::{Block, ShardingView};
     let sizes = mesh.axis_sizes();
     let names = mesh.axis_names();
     let (rows, cols) = if sizes.len() <= 1 { (1, mesh.size()) } else { (sizes[0], mesh.size() / sizes[0].max(1)) };
     let ids = mesh.device_ids();
     let blocks: Vec<Block> = (0..rows * cols)
-        .map(|k| Block { row: k / cols, col: k % cols, label: format!("CPU {}", ids[k]), width: 9, height: 1, note: String::new() })
+        .map(|k| Block { row: k / cols, col: k % cols, label: format!("CPU {}", ids[k]), width: 9, height: 1, note: note.to_string() })
         .collect();
     // Labels: one axis per dimension of the grid; minor axes combined as `y=0,z=1`.
     let label = |axes: &[usize], mut flat: usize| -> String {
@@ -1434,7 +1459,7 @@ pub fn visualize_mesh(mesh: &Mesh) -> crate::display::sharding_view::ShardingVie
     let (row_axes, col_axes): (Vec<usize>, Vec<usize>) = if sizes.len() <= 1 { (vec![], (0..sizes.len()).collect()) } else { (vec![0], (1..sizes.len()).collect()) };
     let row_labels: Vec<String> = if row_axes.is_empty() { vec![] } else { (0..rows).map(|r| label(&row_axes, r)).collect() };
     let col_labels: Vec<String> = (0..cols).map(|c| label(&col_axes, c)).collect();
-    ShardingView::new(&blocks, &mesh.to_string(), true, &row_labels, &col_labels)
+    ShardingView::new(&blocks, title, true, &row_labels, &col_labels)
 }
 
 // ---------------------------------------------------------------- shard_map blocks (issue 6)

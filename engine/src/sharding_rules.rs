@@ -259,6 +259,38 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
         Pjit { jaxpr, .. } if jaxpr.jaxpr.invars.len() == ins.len() => jaxpr_rule(&jaxpr.jaxpr, mesh, ins),
         CustomJvpCall { call_jaxpr, .. } | CustomVjpCall { call_jaxpr, .. } if call_jaxpr.invars.len() == ins.len() => jaxpr_rule(call_jaxpr, mesh, ins),
         Checkpoint { jaxpr, .. } if jaxpr.invars.len() == ins.len() => jaxpr_rule(jaxpr, mesh, ins),
+        // Loops and `cond`: the bodies are propagated too (so a body's equations get the
+        // same sharding type errors as top-level ones, at their own lines); carries keep
+        // their operands' layout and `scan`'s ys stack the body's (whole along the scanned
+        // dim), as the jaxpr's types print them (`sharding_types`).
+        Scan { jaxpr, num_consts, num_carry, .. } if jaxpr.invars.len() == ins.len() && *num_consts + *num_carry <= ins.len() => {
+            let (nc, nk) = (*num_consts, *num_carry);
+            let body_in: Vec<Dims> = ins.iter().enumerate().map(|(i, d)| if i < nc + nk { d.clone() } else { d.get(1..).unwrap_or(&[]).to_vec() }).collect();
+            let outs = jaxpr_rule(jaxpr, mesh, &body_in)?;
+            let mut res: Vec<Dims> = ins[nc..nc + nk].to_vec();
+            res.extend(outs.into_iter().skip(nk).map(|d| std::iter::once(vec![]).chain(d).collect()));
+            Ok(fit_outs(res, out_avals))
+        }
+        While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } if *cond_nconsts + *body_nconsts <= ins.len() => {
+            let (cc, bc) = (*cond_nconsts, *body_nconsts);
+            let carry = &ins[cc + bc..];
+            if body_jaxpr.invars.len() == ins.len() - cc {
+                jaxpr_rule(body_jaxpr, mesh, &ins[cc..])?;
+            }
+            let cond_in: Vec<Dims> = ins[..cc].iter().chain(carry).cloned().collect();
+            if cond_jaxpr.invars.len() == cond_in.len() {
+                jaxpr_rule(cond_jaxpr, mesh, &cond_in)?;
+            }
+            Ok(fit_outs(carry.to_vec(), out_avals))
+        }
+        Cond { branches } if !ins.is_empty() => {
+            let mut first = None;
+            for j in branches.iter().filter(|j| j.invars.len() == ins.len() - 1) {
+                let o = jaxpr_rule(j, mesh, &ins[1..])?;
+                first = first.or(Some(o));
+            }
+            Ok(fit_outs(first.unwrap_or_default(), out_avals))
+        }
         _ => {
             let elementwise_shaped = out_avals.len() == 1
                 && out_avals[0].ndim() > 0
@@ -271,6 +303,15 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
             }
         }
     }
+}
+
+/// `res` as one layout per result of `out_avals`: a layout of the wrong rank (or a count
+/// that does not match) is replicated.
+fn fit_outs(res: Vec<Dims>, out_avals: &[ShapedArray]) -> Vec<Dims> {
+    if res.len() != out_avals.len() {
+        return out_avals.iter().map(|a| vec![vec![]; a.ndim()]).collect();
+    }
+    res.into_iter().zip(out_avals).map(|(d, a)| if d.len() == a.ndim() { d } else { vec![vec![]; a.ndim()] }).collect()
 }
 
 /// `reshape`: dims are grouped into runs whose sizes multiply to the same number; a run

@@ -132,12 +132,20 @@ fn a_body_reducing_a_split_dim_all_reduces_inside_it() {
     });
     assert_close_f32(&g.call(&px).unwrap(), &g.call(&x).unwrap(), 1e-6);
     assert!(plan_text(&g, &px).contains("callback=<function pmax>"));
-    // Not shard-local: a reshape merging the split dim into a smaller minor position.
+    // Not shard-local: a reshape merging the split dim into a smaller minor position (on an
+    // `Auto` mesh: under `Explicit` axes that reshape is a sharding type error, also in a
+    // loop body). The result still carries the carry's sharding.
+    let auto = make_mesh(&[8], &["i"], Some(&[AxisType::Auto])).unwrap();
+    let apx = put(&x, &auto, P!("i", None));
     let h = jit(|x: Array| -> Result<Array> {
         lax::fori_loop(0, 2, |(_, h): (Array, Array)| -> Result<Array> { Ok(jnp::transpose(&h, None)?.reshape(&[32, 4]) * 0.5) }, x)
     });
-    assert_close_f32(&h.call(&px).unwrap(), &h.call(&x).unwrap(), 1e-6);
-    let notes = control_notes(&plan_text(&h, &px));
+    let hz = h.call(&apx).unwrap();
+    assert_close_f32(&hz, &h.call(&x).unwrap(), 1e-6);
+    assert_eq!(format!("{:?}", hz.sharding().unwrap().spec()), "Some(P('i', None))");
+    let e = h.call(&px).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::ShardingType, "{e}");
+    let notes = control_notes(&plan_text(&h, &apx));
     assert_eq!(notes.len(), 1);
     assert!(notes[0].starts_with("scan: runs whole (operands all-gathered): "), "{notes:?}");
 }

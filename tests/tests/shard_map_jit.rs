@@ -204,7 +204,8 @@ fn magics_show_shard_map_calls() {
 }
 
 /// A body the partitioner does not take (a debug print: ordered per device) still runs
-/// equation by equation; `%jaxpr` shows it and `%lower` says why there is no module.
+/// equation by equation; `%jaxpr` shows it, `%lower` the global module and `%compile` why
+/// there is no compiled program.
 #[test]
 fn unpartitionable_body_runs_eagerly_and_magics_explain() {
     eight_cpu_devices();
@@ -223,6 +224,12 @@ fn unpartitionable_body_runs_eagerly_and_magics_explain() {
     assert_eq!(jf.call(&x).unwrap().to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
     let j = jax::magic::jaxpr(|| jf.call(&x)).unwrap();
     assert!(j.to_string().contains("shard_map["), "{j}");
-    let e = jax::magic::lower(|| jf.call(&x)).unwrap_err();
-    assert!(e.message.contains("ran equation by equation"), "{}", e.message);
+    // `%lower` still shows the global module (display only, as `jit(f).lower(&x)`), and
+    // `%compile` says the call ran equation by equation, with the body per device.
+    let l = jax::magic::lower(|| jf.call(&x)).unwrap().0;
+    assert!(l.contains("sdy.manual_computation(") && l.contains(r#"sdy.mesh @mesh = <["i"=2]>"#), "{l}");
+    assert_eq!(l, jf.lower(&x).unwrap().as_text());
+    let c = jax::magic::compile(|| jf.call(&x)).unwrap().0;
+    assert!(c.starts_with("// jaxrepl: this call ran equation by equation: the partitioner could not take it"), "{c}");
+    assert!(c.contains("// shard_map 1 on Mesh('i': 2") && c.contains("psum"), "{c}");
 }

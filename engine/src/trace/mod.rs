@@ -291,6 +291,23 @@ pub fn record_error(e: Error, aval: ShapedArray) -> Option<Array> {
     })
 }
 
+/// The id of the innermost trace, when tracing.
+pub(crate) fn innermost_trace_id() -> Option<u64> {
+    STACK.with(|s| s.borrow().last().map(|b| b.id))
+}
+
+/// For a tracer of a live trace: that trace's id and its jaxpr so far (its invars, the
+/// values it closed over as constvars, the equations recorded until now) with the tracer
+/// as the one outvar. `None`: the trace is gone.
+pub(crate) fn partial_jaxpr(t: &Tracer) -> Option<(u64, Jaxpr)> {
+    STACK.with(|s| {
+        let s = s.borrow();
+        let b = s.iter().find(|b| b.id == t.trace_id)?;
+        let constvars = b.consts.iter().map(|(v, _)| v.clone()).collect();
+        Some((b.id, Jaxpr { constvars, invars: b.invars.clone(), eqns: b.eqns.clone(), outvars: vec![Atom::Var(t.var.clone())] }))
+    })
+}
+
 /// For a tracer of the innermost trace: the names of the arguments it depends on, and
 /// the traced function's name (for TracerBoolConversionError messages).
 pub fn tracer_provenance(t: &Tracer) -> Option<(String, Vec<String>)> {

@@ -719,7 +719,11 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     ) {
         crate::magic::note_call(&self.inner.name, entry);
         if crate::magic::capturing() {
-            crate::magic::note_partitioned(crate::partition::describe_call(&self.inner.name, &entry.jaxpr, ins, mesh, want, opts));
+            // `%lower`'s global module marks results and arguments with their memory kinds
+            // (`out_shardings` / `in_shardings` with a memory kind, sharded or not), as the
+            // whole program's lowering does; the plan (cached without them) is the same.
+            let with_kinds = StageOptions { in_memory_kinds: entry.in_kinds.clone(), out_memory_kinds: entry.out_kinds.clone(), ..opts.clone() };
+            crate::magic::note_partitioned(crate::partition::describe_call(&self.inner.name, &entry.jaxpr, ins, mesh, want, &with_kinds));
         }
         if traced_now {
             explain::record(Event {

@@ -147,6 +147,7 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
         let traced = {
             let _env = crate::lax::parallel::bind_axes(&axes);
             trace_to_jaxpr("shard_map", &block_avals, |tracers| {
+                let _body = enter_body(&mesh, &ins);
                 let a = unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone())?;
                 let r = f(a).into_result()?;
                 out_flat = flatten_value(&r);
@@ -289,6 +290,50 @@ pub fn abstract_eval(p: &ShardMapParams, ins: &[ShapedArray]) -> Result<Vec<Shap
 
 /// Bit set of mesh axes (by index) a value varies over.
 type Vma = u64;
+
+thread_local! {
+    /// The `shard_map` bodies being traced on this thread (innermost last): the body
+    /// trace's id, the mesh and the in_specs of the body's arguments.
+    static BODIES: std::cell::RefCell<Vec<(u64, Mesh, Vec<PartitionSpec>)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Pops the body `enter_body` pushed.
+struct BodyGuard;
+
+impl Drop for BodyGuard {
+    fn drop(&mut self) {
+        BODIES.with(|b| {
+            b.borrow_mut().pop();
+        });
+    }
+}
+
+/// Marks the innermost trace as a `shard_map` body on `mesh` with arguments split as `specs`
+/// (until the guard drops).
+fn enter_body(mesh: &Mesh, specs: &[PartitionSpec]) -> BodyGuard {
+    let id = crate::trace::innermost_trace_id().unwrap_or(0);
+    BODIES.with(|b| b.borrow_mut().push((id, mesh.clone(), specs.to_vec())));
+    BodyGuard
+}
+
+/// `debug::visualize_array_sharding` of `t`, a value of a `shard_map` body being traced (not
+/// of a trace nested in it): the mesh's devices each holding a block of `t`'s type, titled
+/// with the mesh axes it varies over (JAX's varying manual axes of the body traced so far:
+/// its arguments vary over their in_specs' axes, `psum`/`pmax`/`pmin` make a value
+/// invariant along their axes, other collectives make it vary). `None`: `t` is not such a
+/// value.
+pub(crate) fn body_view(t: &crate::trace::Tracer) -> Option<Result<crate::display::sharding_view::ShardingView>> {
+    let (id, j) = crate::trace::partial_jaxpr(t)?;
+    let (mesh, specs) = BODIES.with(|b| b.borrow().iter().rev().find(|(i, ..)| *i == id).map(|(_, m, s)| (m.clone(), s.clone())))?;
+    if specs.len() != j.invars.len() {
+        return None;
+    }
+    let ins: Vec<Vma> = specs.iter().map(|s| spec_mask(&mesh, s)).collect();
+    let vma = output_vma(&j, &ins, &mesh).first().copied().unwrap_or(0);
+    let names = mesh.axis_names();
+    let varying: Vec<String> = (0..names.len()).filter(|k| vma & (1 << k) != 0).map(|k| names[k].clone()).collect();
+    Some(Ok(crate::sharding::visualize_body_block(&t.var.aval, &mesh, &varying)))
+}
 
 fn axes_mask(mesh: &Mesh, axes: &[String]) -> Vma {
     axes.iter().filter_map(|a| mesh.axis_names().iter().position(|n| n == a)).fold(0, |m, k| m | (1 << k))
