@@ -68,9 +68,17 @@ impl Error {
     pub fn interrupted() -> Error {
         Error::new(ErrorKind::Interrupted, "interrupted by the user; the session's variables are kept")
     }
-    /// Attaches the user's source location (keeps an existing one).
+    /// Attaches the user's source location. An existing location is kept, unless it lies in
+    /// the engine's own sources (a `bind` from engine code that is not `#[track_caller]`,
+    /// such as an interpreter's loop) and `loc` does not: that location is never the user's
+    /// line, so `loc` (an equation's traced line, a call site) replaces it.
     pub fn at(mut self, loc: Option<SourceInfo>) -> Error {
-        if self.location.is_none() {
+        let replace = match (&self.location, &loc) {
+            (None, _) => true,
+            (Some(old), Some(new)) => engine_file(&old.file) && !engine_file(&new.file),
+            (Some(_), None) => false,
+        };
+        if replace {
             self.location = loc;
         }
         self

@@ -56,17 +56,16 @@ fn has_explicit(mesh: &Mesh) -> bool {
 /// sharded over an explicit mesh or in pinned host memory; `None` otherwise (the jaxpr
 /// prints plain). Values sharded on another mesh than the first one count as unsharded.
 pub(crate) fn in_types(jaxpr: &Jaxpr, leaves: &[Option<Arc<DeviceArray>>]) -> Option<Arc<InTypes>> {
-    let mesh = leaves
-        .iter()
-        .flatten()
+    types_of(jaxpr, |i| leaves.get(i).and_then(|l| l.as_deref())).map(Arc::new)
+}
+
+/// [`in_types`] with argument i's value given by `leaf(i)` (`None`: a spec or a tracer).
+fn types_of<'a>(jaxpr: &Jaxpr, leaf: impl Fn(usize) -> Option<&'a DeviceArray>) -> Option<InTypes> {
+    let mesh = (0..jaxpr.invars.len())
+        .filter_map(&leaf)
         .find_map(|d| d.sharded_info().map(|s| s.sharding.mesh.clone()))
         .filter(has_explicit);
-    let host: Vec<bool> = jaxpr
-        .invars
-        .iter()
-        .enumerate()
-        .map(|(i, _)| leaves.get(i).and_then(|l| l.as_ref()).is_some_and(|d| d.memory_kind == MemoryKind::PinnedHost))
-        .collect();
+    let host: Vec<bool> = (0..jaxpr.invars.len()).map(|i| leaf(i).is_some_and(|d| d.memory_kind == MemoryKind::PinnedHost)).collect();
     if mesh.is_none() && !host.iter().any(|h| *h) {
         return None;
     }
@@ -74,12 +73,12 @@ pub(crate) fn in_types(jaxpr: &Jaxpr, leaves: &[Option<Arc<DeviceArray>>]) -> Op
         .invars
         .iter()
         .enumerate()
-        .map(|(i, v)| match (leaves.get(i).and_then(|l| l.as_ref()).and_then(|d| d.sharded_info()), &mesh) {
+        .map(|(i, v)| match (leaf(i).and_then(|d| d.sharded_info()), &mesh) {
             (Some(s), Some(m)) if &s.sharding.mesh == m => dims_of(&s.sharding.spec, v.aval.ndim()),
             _ => vec![vec![]; v.aval.ndim()],
         })
         .collect();
-    Some(Arc::new(InTypes { mesh, dims, host }))
+    Some(InTypes { mesh, dims, host })
 }
 
 /// JAX's default memory-space rule (`lax.utils._default_memory_space_rule`): the operands
@@ -316,8 +315,20 @@ pub(crate) fn call_out_kinds(jaxpr: &Jaxpr, inputs: &[&DeviceArray], declared: &
     if !inputs.iter().any(|d| d.memory_kind == MemoryKind::PinnedHost) {
         return Ok(declared.to_vec());
     }
-    let host: Vec<bool> = inputs.iter().map(|d| d.memory_kind == MemoryKind::PinnedHost).collect();
-    let spaces = out_spaces(jaxpr, &host)?;
+    // The arguments' full types (explicit-mesh shardings too): a memory-space error shows
+    // them as JAX's does (`float32<host>[8@x]`).
+    let spaces = match types_of(jaxpr, |i| inputs.get(i).copied()) {
+        Some(t) => {
+            let mut w = Walk { mesh: t.mesh.as_ref(), seen: HashMap::new(), strict: true, error: None };
+            let ins: Vec<Note> = t.dims.iter().zip(&t.host).map(|(d, h)| Note { dims: d.clone(), host: *h }).collect();
+            let outs = w.jaxpr(jaxpr, &ins);
+            if let Some(e) = w.error {
+                return Err(e);
+            }
+            outs.into_iter().map(|n| n.host).collect()
+        }
+        None => vec![false; jaxpr.outvars.len()],
+    };
     let kinds: Vec<MemoryKind> = spaces
         .iter()
         .enumerate()

@@ -177,3 +177,35 @@ def test_lf_separated_lines_each_run_and_cargo_stays_quiet(private_cache):
     child.expect(pexpect.EOF, timeout=60)
     text = "".join(seen)
     assert "Compiling" not in text, text
+
+
+@needs_engine
+def test_jitted_and_grad_closures_returning_ok_show_the_array_or_the_error(kernel):
+    """A closure returning `Ok(..)` (its error type inferred from `TraceOutput`): the call's
+    `Result<Array>` shows as the array (text and HTML), or as the session's error, never as
+    `Ok(Array(..))` / `Err(Error { .. })` (Debug)."""
+    _, kc = kernel
+    reply, outputs = run(kc, "let f = jit(|x: Array| Ok(x.sin()));", timeout=FIRST_CELL_TIMEOUT)
+    ok(reply, outputs)
+    for code, want in [
+        ("f.call(&jnp::arange(3.0))", "Array([0.        , 0.84147096, 0.9092974 ], dtype=float32)"),
+        ("let g = jit(|x: Array| Ok(x.sin()));\ng.call(&jnp::arange(3.0))",
+         "Array([0.        , 0.84147096, 0.9092974 ], dtype=float32)"),
+        ("grad(|x: Array| Ok(x.sin().sum()))(jnp::arange(3.0))",
+         "Array([ 1.        ,  0.5403023 , -0.41614684], dtype=float32)"),
+    ]:
+        reply, outputs = run(kc, code)
+        ok(reply, outputs)
+        results = [m for m in outputs if m["msg_type"] == "execute_result"]
+        assert len(results) == 1, outputs
+        data = results[0]["content"]["data"]
+        assert data["text/plain"] == want, (code, data)
+        assert "<table" in data.get("text/html", ""), (code, data)
+    code = "let h = jit(|x: Array| Ok(jnp::matmul(&x, &jnp::ones(&[5, 6], None))?));\nh.call(&jnp::ones(&[3, 4], None))"
+    reply, outputs = run(kc, code)
+    tb = failed(reply, outputs)
+    assert reply["ename"] == "TypeError", reply
+    assert ("TypeError: dot_general requires contracting dimensions to have the same shape, "
+            "got (4,) and (5,).") in tb, tb
+    assert f"(traced at cell {reply['execution_count']}, line 1)" in tb, tb
+    assert "Err(" not in tb and "Error {" not in tb, tb

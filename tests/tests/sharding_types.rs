@@ -148,7 +148,8 @@ fn pinned_host_values_stay_in_host_memory() {
     let err = jnp::add(&v, &w).unwrap_err();
     assert!(err.to_string().contains(msg), "{err}");
     let err = jit(|(a, b): (Array, Array)| &a + &b).call((&v, &w)).unwrap_err();
-    assert!(err.to_string().contains("memory_space of all inputs passed to `add` must be the same"), "{err}");
+    // Under jit too the types carry their shardings (JAX prints the full types there as well).
+    assert!(err.to_string().contains(msg), "{err}");
     // unpinned_host: JAX's device memory space: plain types, device results.
     let sd = SingleDeviceSharding::new(devices()[0]).with_memory_kind("unpinned_host").unwrap();
     let u = device_put(&arange(4), sd).unwrap();

@@ -52,6 +52,14 @@ fn eqn_counts_per_line_and_unrolled_loop_warning() {
     let w = warnings.iter().find(|w| w.contains("unrolled")).expect("an unrolled-loop warning");
     assert!(w.starts_with(&format!("tracing jit(unrolled) staged {STEPS} of its {STEPS} equations at {file}:{line}:")), "{w}");
     assert!(w.contains("Use lax::fori_loop or lax::scan"), "{w}");
+    // A re-trace (another shape) warns the same: recorded, but shown only the first time
+    // (Python's default warning filter; in a session, only in the cell that caused it).
+    assert_eq!(jax::transform::jit::warnings_shown().iter().filter(|s| *s == w).count(), 1);
+    let issued = |w: &String| jax::transform::jit::warnings_issued().iter().filter(|s| *s == w).count();
+    let n = issued(w);
+    f.call(&jnp::zeros(&[5], DType::F32)).unwrap();
+    assert_eq!(issued(w), n + 1);
+    assert_eq!(jax::transform::jit::warnings_shown().iter().filter(|s| *s == w).count(), 1);
 
     // A body of three lines: the warning counts all of them and names their range.
     let before = jax::transform::jit::warnings_issued().len();

@@ -355,10 +355,13 @@ fn value_and_grad_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Fl
 #[track_caller]
 pub fn grad<'a, A: Pytree, O: TraceOutput<Out = Array>>(f: impl Fn(A) -> O + 'a) -> impl Fn(A) -> Result<A> + 'a {
     let desc = describe(&f, Location::caller(), "grad");
+    // Errors of grad's own checks (scalar float output, float inputs, differentiation
+    // rules) carry no line: they get the user's line that made the gradient function.
+    let site = crate::trace::source_info(Location::caller());
     move |a: A| {
         let mut flat = Flat::default();
         a.flatten(&mut flat);
-        let (_, _, grads) = value_and_grad_flat(&f, &flat, false, &desc)?;
+        let (_, _, grads) = value_and_grad_flat(&f, &flat, false, &desc).map_err(|e| e.at(Some(site.clone())))?;
         unflatten_like::<A>(&flat.treedef, grads, flat.statics)
     }
 }

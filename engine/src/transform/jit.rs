@@ -1149,9 +1149,27 @@ fn warnings_log() -> &'static Mutex<Vec<String>> {
 }
 
 /// Prints `UserWarning: <msg>` on stderr (as Python's `warnings.warn`) and records it.
+/// As under Python's default warning filter, a text is printed once per process (in a
+/// session: in the cell that first caused it; a later re-trace or re-compile that warns
+/// the same is not shown again); every issue is recorded ([`warnings_issued`]).
 pub(crate) fn warn(msg: String) {
-    eprintln!("UserWarning: {msg}");
-    warnings_log().lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+    let mut log = warnings_log().lock().unwrap_or_else(|e| e.into_inner());
+    if !log.contains(&msg) {
+        eprintln!("UserWarning: {msg}");
+        warnings_shown_log().lock().unwrap_or_else(|e| e.into_inner()).push(msg.clone());
+    }
+    log.push(msg);
+}
+
+fn warnings_shown_log() -> &'static Mutex<Vec<String>> {
+    static W: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    W.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// The warnings printed so far in this process (each text once), oldest first (for tests).
+#[doc(hidden)]
+pub fn warnings_shown() -> Vec<String> {
+    warnings_shown_log().lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// The warnings issued so far in this process, oldest first (for tests).

@@ -475,7 +475,9 @@ fn eval_body(j: &Jaxpr, args: &[Array]) -> Result<Vec<Array>> {
         env.set(v, a.clone());
     }
     for e in &j.eqns {
-        let outs = match &e.primitive {
+        // A failing equation's error names its traced line (the user's, e.g. the
+        // `pure_callback` call in the body), not this loop's.
+        let outs = (|| -> Result<Vec<Array>> { Ok(match &e.primitive {
             Primitive::Collective(c) => {
                 let x = match e.inputs.first() {
                     Some(a) => Some(atom_array(&env, a)?),
@@ -516,7 +518,8 @@ fn eval_body(j: &Jaxpr, args: &[Array]) -> Result<Vec<Array>> {
                 let ops = e.inputs.iter().map(|a| operand(&env, a)).collect::<Result<Vec<_>>>()?;
                 bind(p.clone(), ops, loc)?
             }
-        };
+        }) })()
+        .map_err(|err| err.at(e.source.clone()))?;
         for (v, o) in e.outputs.iter().zip(outs) {
             env.set(v, o);
         }
