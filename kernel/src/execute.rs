@@ -39,18 +39,12 @@ pub struct OutputRouter {
     /// Whether anything but progress has been published for this cell (then a finished
     /// progress display is emptied, not cleared away).
     shown_other: bool,
-    /// The cell's outputs published so far other than progress (streams, displays,
-    /// errors), kept to be published again after a `clear_output` at the end.
-    kept: Vec<jupyter_protocol::JupyterMessageContent>,
-    /// Whether a finished progress display was emptied (other output was already shown):
-    /// at the end the cell's outputs are cleared and published again without it.
-    emptied: bool,
 }
 
 impl OutputRouter {
     /// A router for the execute request `parent`, numbered `count`.
     pub fn new(parent: JupyterMessage, count: ExecutionCount, silent: bool, publish: Publisher) -> Self {
-        OutputRouter { parent, count, silent, publish, held: None, error: None, progress_ids: Vec::new(), shown_other: false, kept: Vec::new(), emptied: false }
+        OutputRouter { parent, count, silent, publish, held: None, error: None, progress_ids: Vec::new(), shown_other: false }
     }
 
     /// Routes one output; outputs are published in the order they are pushed.
@@ -64,8 +58,8 @@ impl OutputRouter {
         }
         self.shown_other |= matches!(out, Output::Stdout(_) | Output::Stderr(_) | Output::Error { .. });
         match out {
-            Output::Stdout(text) => self.send_kept(StreamContent::stdout(&text)),
-            Output::Stderr(text) => self.send_kept(StreamContent::stderr(&text)),
+            Output::Stdout(text) => self.send(StreamContent::stdout(&text)),
+            Output::Stderr(text) => self.send(StreamContent::stderr(&text)),
             Output::Display(bundle) => self.held = Some(bundle),
             Output::Error { ename, evalue, traceback } => self.send_error(ename, evalue, traceback),
             Output::Progress { .. } => {}
@@ -77,9 +71,7 @@ impl OutputRouter {
     /// has been shown in the cell yet, a `clear_output` removes the progress displays, so
     /// the cell's outputs start with its own (no empty `display_data` before them);
     /// otherwise the finished display is emptied, so a saved notebook keeps no timing
-    /// text, and at the end of the cell a `clear_output` (wait) and the cell's other
-    /// outputs published again leave no empty `display_data` either ([`Self::drop_emptied`]).
-    /// Silent requests show no progress.
+    /// text. Silent requests show no progress.
     fn send_progress(&mut self, id: &str, text: &str, done: bool) {
         if self.silent {
             return;
@@ -89,14 +81,10 @@ impl OutputRouter {
             entry.1 = true;
             if !self.shown_other && self.progress_ids.iter().all(|(_, done)| *done) {
                 self.progress_ids.clear();
-                self.emptied = false;
                 return self.send(ClearOutput { wait: false });
             }
         }
         let body = if done { String::new() } else { text.to_string() };
-        if done {
-            self.emptied = true;
-        }
         let data = media(&[("text/plain".to_string(), body)]);
         if self.progress_ids.iter().any(|(d, _)| d == &display_id) {
             self.send(UpdateDisplayData {
@@ -118,7 +106,6 @@ impl OutputRouter {
     /// makes sure a failed cell has its error output, and returns the reply's error
     /// (`None` for a successful cell).
     pub fn finish(mut self, status: &ExecStatus) -> Option<ReplyError> {
-        self.drop_emptied();
         if let Some(display) = self.held.take() {
             let is_value = matches!(status, ExecStatus::Ok) && has_plain_text(&display);
             if is_value && self.silent {
@@ -143,7 +130,6 @@ impl OutputRouter {
 
     /// Ends a cell whose session call failed outright (session unavailable or panicked).
     pub fn fail(mut self, err: &CallError) -> ReplyError {
-        self.drop_emptied();
         if let Some(display) = self.held.take() {
             self.send_display(display);
         }
@@ -165,33 +151,12 @@ impl OutputRouter {
         if self.error.is_none() {
             self.error = Some(reply_error(&ename, &evalue, traceback.clone()));
         }
-        self.send_kept(ErrorOutput { ename, evalue, traceback });
+        self.send(ErrorOutput { ename, evalue, traceback });
     }
 
     fn send_display(&mut self, bundle: Vec<(String, String)>) {
         self.shown_other = true;
-        self.send_kept(DisplayData { data: media(&bundle), metadata: Default::default(), transient: None });
-    }
-
-    /// Publishes one of the cell's own outputs and keeps it for [`Self::drop_emptied`].
-    fn send_kept(&mut self, content: impl Into<jupyter_protocol::JupyterMessageContent>) {
-        let content = content.into();
-        self.kept.push(content.clone());
-        self.send(content);
-    }
-
-    /// When a finished progress display was emptied after other output, a `clear_output`
-    /// (wait: the frontend clears when the next output arrives, without flicker) and the
-    /// cell's own outputs published again: the notebook keeps no empty `display_data`.
-    fn drop_emptied(&mut self) {
-        if !std::mem::take(&mut self.emptied) || self.progress_ids.iter().any(|(_, done)| !*done) {
-            return;
-        }
-        self.progress_ids.clear();
-        self.send(ClearOutput { wait: true });
-        for content in std::mem::take(&mut self.kept) {
-            self.send_kept(content);
-        }
+        self.send(DisplayData { data: media(&bundle), metadata: Default::default(), transient: None });
     }
 
     fn send(&self, content: impl Into<jupyter_protocol::JupyterMessageContent>) {
@@ -374,18 +339,14 @@ mod tests {
             seen.push((m.header.msg_type.clone(), v["data"]["text/plain"].clone(), v["transient"]["display_id"].clone()));
         }
         let id = serde_json::json!("jaxrepl-progress-compile-3");
-        // After other output, a clear then would lose it: the display is emptied instead...
+        // After other output, a clear would lose it: the display is emptied instead.
         assert_eq!(seen.remove(0).0, "stream");
         assert_eq!(seen[0], ("display_data".to_string(), serde_json::json!("compiling jit(f): 1.0 s"), id.clone()));
         assert_eq!(seen[1], ("update_display_data".to_string(), serde_json::json!("compiling jit(f): 1.5 s"), id.clone()));
         assert_eq!(seen[2], ("update_display_data".to_string(), serde_json::json!(""), id));
-        // ... and at the end the outputs are cleared and the cell's own published again:
-        // no empty display_data stays (an eager shard_map's printed lines, say).
-        assert_eq!(seen[3].0, "clear_output");
-        assert_eq!(seen[4], ("stream".to_string(), serde_json::Value::Null, serde_json::Value::Null));
         // The cell's value is still its execute_result, after the progress events.
-        assert_eq!(seen[5].0, "execute_result");
-        assert_eq!(seen.len(), 6);
+        assert_eq!(seen[3].0, "execute_result");
+        assert_eq!(seen.len(), 4);
     }
 
     #[test]

@@ -58,14 +58,8 @@ def run(kc, code: str, timeout: float = CELL_TIMEOUT, keep_progress: bool = Fals
     """Executes `code`; returns the reply content and the output messages (no status or
     execute_input; no progress displays unless `keep_progress`)."""
     reply, messages = collect(kc, kc.execute(code, **kw), timeout)
-    outputs = []
-    for m in messages:
-        if m["msg_type"] == "clear_output" and not keep_progress:
-            # As a notebook keeps them: a clear removes what came before (finished progress
-            # displays; the kernel then publishes the cell's own outputs again).
-            outputs.clear()
-        elif m["msg_type"] not in ("status", "execute_input") and (keep_progress or not is_progress(m)):
-            outputs.append(m)
+    outputs = [m for m in messages if m["msg_type"] not in ("status", "execute_input")
+               and (keep_progress or not is_progress(m))]
     return reply["content"], outputs
 
 
