@@ -7,7 +7,7 @@
 //! them one by one (evcxr decides, per cell, which variables exist and of which type), so
 //! it says which were not kept and how to keep them.
 
-use ra_ap_syntax::ast::{self, AstNode, HasName};
+use ra_ap_syntax::ast::{self, AstNode, HasArgList, HasName};
 use ra_ap_syntax::{Edition, SourceFile};
 
 /// One name bound by a top-level `let` of a cell, with the statement's line (1-based).
@@ -102,6 +102,14 @@ pub fn moved_note(before: &[(String, String)], after: &[(String, String)], code:
         return None;
     }
     let parsed = SourceFile::parse(&format!("fn f(){{{code}\n}}"), Edition::CURRENT);
+    // `drop(x)` (or `std::mem::drop(x)`) ends `x` on purpose: nothing to tell.
+    let dropped = |name: &str| {
+        parsed.tree().syntax().descendants().filter_map(ast::CallExpr::cast).any(|call| {
+            let callee = call.expr().map(|e| e.syntax().text().to_string()).unwrap_or_default();
+            let args: Vec<String> = call.arg_list().map(|l| l.args().map(|a| a.syntax().text().to_string()).collect()).unwrap_or_default();
+            matches!(callee.as_str(), "drop" | "mem::drop" | "std::mem::drop") && args.len() == 1 && args[0].trim() == name
+        })
+    };
     let first_use = |name: &str| -> Option<usize> {
         let at = parsed
             .tree()
@@ -114,6 +122,7 @@ pub fn moved_note(before: &[(String, String)], after: &[(String, String)], code:
     };
     let lines: Vec<String> = gone
         .iter()
+        .filter(|n| !dropped(n))
         .map(|n| {
             let at = first_use(n).map(|l| format!(" (line {l})")).unwrap_or_default();
             format!(
@@ -122,7 +131,7 @@ pub fn moved_note(before: &[(String, String)], after: &[(String, String)], code:
             )
         })
         .collect();
-    Some(lines.join("\n"))
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
 #[cfg(test)]
@@ -177,5 +186,10 @@ mod tests {
         );
         assert_eq!(moved_note(&v(&["x"]), &v(&["x", "z"]), "let z = x.clone();"), None);
         assert_eq!(moved_note(&v(&["x"]), &v(&[]), ":clear"), None);
+        // An explicit drop is on purpose: no note for it, still one for another moved name.
+        assert_eq!(moved_note(&v(&["x"]), &v(&[]), "drop(x);\nlet n = 1;"), None);
+        assert_eq!(moved_note(&v(&["x"]), &v(&[]), "std::mem::drop( x );"), None);
+        let note = moved_note(&v(&["x", "y"]), &v(&[]), "drop(y);\nlet z = take(x);").unwrap();
+        assert!(note.starts_with("note: `x` was moved by this cell (line 2)") && !note.contains("`y`"), "{note}");
     }
 }
