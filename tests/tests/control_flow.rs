@@ -162,3 +162,26 @@ fn vmap_of_control_flow_matches_a_loop() {
     let cs = vmap(|r: Array| lax::scan(|(c, x): (Array, Array)| (&c + &x, &c + &x), Array::scalar(0.0f32), r, None, false, 1).map(|(_, ys)| ys));
     assert_eq!(f64s(&cs(m).unwrap()), vec![1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
 }
+
+#[test]
+fn scan_length_and_cond_pred_are_checked_like_jax_at_the_users_line() {
+    let step = |(c, x): (Array, Array)| -> (Array, Array) { (&c + &x, &c + &x) };
+    // `length` disagreeing with xs' leading axis is an error (it was silently ignored).
+    let e = lax::scan(step, Array::scalar(0.0f32), jnp::arange(4.0), Some(7), false, 1).unwrap_err();
+    assert_eq!(e.ename(), "ValueError");
+    assert_eq!(e.message, "scan got `length` argument of 7 which disagrees with leading axis sizes [4].");
+    let line = line!() - 3;
+    assert_eq!(e.location.as_ref().map(|l| (l.file.ends_with("control_flow.rs"), l.line)), Some((true, line)));
+    // A matching `length` is accepted.
+    let (c, _) = lax::scan(step, Array::scalar(0.0f32), jnp::arange(4.0), Some(4), false, 1).unwrap();
+    assert_eq!(c.item::<f32>().unwrap(), 6.0);
+    // xs leaves of different lengths.
+    let pair_step = |(c, (a, b)): (Array, (Array, Array))| -> (Array, Array) { (&c + &a + &b, c) };
+    let e = lax::scan(pair_step, Array::scalar(0.0f32), (jnp::arange(4.0), jnp::arange(5.0)), None, false, 1).unwrap_err();
+    assert_eq!(e.message, "scan got values with different leading axis sizes: 4, 5.");
+    // cond's predicate must be a scalar; the error names the caller's line.
+    let e = lax::cond(&jnp::arange(3.0), |x: Array| x + 1.0, |x: Array| x - 1.0, Array::scalar(1.0f32)).unwrap_err();
+    let line = line!() - 1;
+    assert_eq!(e.to_string().lines().next().unwrap(), "TypeError: Pred must be a scalar, got float32 of shape (3,).");
+    assert_eq!(e.location.as_ref().map(|l| l.line), Some(line));
+}

@@ -190,7 +190,7 @@ pub fn switch<A: Pytree, O: TraceOutput>(index: &Array, branches: &[&dyn Fn(A) -
 #[track_caller]
 fn switch_impl<A: Pytree, O: TraceOutput>(index: &Array, branches: &[&dyn Fn(A) -> O], operands: A, clamp: bool) -> Result<O::Out> {
     if branches.is_empty() {
-        return Err(Error::value_error("switch needs at least one branch"));
+        return Err(Error::value_error("switch needs at least one branch").here());
     }
     let arg = flat_of(&operands);
     let traced = branches
@@ -224,11 +224,7 @@ fn switch_impl<A: Pytree, O: TraceOutput>(index: &Array, branches: &[&dyn Fn(A) 
 #[track_caller]
 pub fn cond<A: Pytree, O: TraceOutput>(pred: &Array, true_fun: impl Fn(A) -> O, false_fun: impl Fn(A) -> O, operands: A) -> Result<O::Out> {
     if !pred.shape().is_empty() {
-        return Err(Error::type_error(format!(
-            "Pred must be a scalar, got {} of shape {:?}.",
-            pred.dtype().name(),
-            pred.shape()
-        )));
+        return Err(Error::type_error(format!("Pred must be a scalar, got {} of shape {}.", pred.dtype().name(), super::py_shape(&pred.shape()))).here());
     }
     let i = super::convert_element_type(pred, DType::I32)?;
     switch_impl(&i, &[&false_fun as &dyn Fn(A) -> O, &true_fun], operands, false)
@@ -279,10 +275,27 @@ pub fn scan<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
     let cflat = flat_of(&init);
     let xflat = flat_of(&xs);
     let xl = leaves(&xflat)?;
-    let n = match (xl.first(), length) {
-        (Some(x), _) => *x.shape().first().ok_or_else(|| Error::value_error("scan got a 0-d value in xs: nothing to scan over"))?,
+    // JAX's checks (lax.scan): every x has a leading axis, all of one size, equal to
+    // `length` when it is given.
+    let sizes = xl
+        .iter()
+        .map(|x| x.shape().first().copied().ok_or_else(|| Error::value_error("scan got a 0-d value in xs: nothing to scan over")))
+        .collect::<Result<Vec<usize>>>();
+    let sizes = match sizes {
+        Ok(s) => s,
+        Err(e) => return Err(e.here()),
+    };
+    let listed = || sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ");
+    if sizes.windows(2).any(|w| w[0] != w[1]) {
+        return Err(Error::value_error(format!("scan got values with different leading axis sizes: {}.", listed())).here());
+    }
+    let n = match (sizes.first(), length) {
+        (Some(&s), Some(n)) if s != n => {
+            return Err(Error::value_error(format!("scan got `length` argument of {n} which disagrees with leading axis sizes [{}].", listed())).here());
+        }
+        (Some(&s), _) => s,
         (None, Some(n)) => n,
-        (None, None) => return Err(Error::value_error("scan got no xs and no length")),
+        (None, None) => return Err(Error::value_error("scan got no xs and no length").here()),
     };
     // The body sees one slice of each x.
     let mut arg = Flat::default();

@@ -263,10 +263,16 @@ impl Session {
             loop {
                 let mut idle = true;
                 while let Ok(line) = outs.stdout.try_recv() {
+                    // Output from the evaluation child means the build is over: the build's
+                    // progress display ends before the cell's first output, so a front end
+                    // can remove it (Jupyter: clear_output) instead of leaving it emptied
+                    // above that output.
+                    cell_build.finish(sink);
                     sink(Output::Stdout(qmark::readable(&line) + "\n"));
                     idle = false;
                 }
                 while let Ok(line) = outs.stderr.try_recv() {
+                    cell_build.finish(sink);
                     router.route(line, sink);
                     idle = false;
                 }
@@ -299,6 +305,7 @@ impl Session {
                 }
                 if idle {
                     if let Ok(line) = outs.stdout.recv_timeout(Duration::from_millis(5)) {
+                        cell_build.finish(sink);
                         sink(Output::Stdout(qmark::readable(&line) + "\n"));
                     }
                 }

@@ -311,7 +311,7 @@ pub fn compile_errors(
                 }
             }
         }
-        if let Some(note) = scalar_operand_note(&message) {
+        if let Some(note) = scalar_operand_note(&message).or_else(|| call_syntax_note(&message)) {
             traceback.push(format!("{pad} = note: {note}"));
         }
         if let Some((_, note)) = &macro_note {
@@ -351,6 +351,22 @@ fn scalar_operand_note(message: &str) -> Option<String> {
     })
 }
 
+/// The note for calling a transformed function with Python's syntax (`f(x)` where `f` is a
+/// `Jitted`, `Compiled`, `ShardMapped` or `Linearized` from `jit`, `.compile()`, `shard_map`, `linearize`): Rust cannot make a struct
+/// callable, so the engine's transformed functions are called with `.call(args)` (rustc's
+/// E0618, "expected function, found `jax::prelude::Jitted<..>`").
+fn call_syntax_note(message: &str) -> Option<String> {
+    let found = message.strip_prefix("expected function, found `")?;
+    let name = found.split(['<', '`']).next()?.rsplit("::").next()?;
+    const CALLABLE: &[&str] = &["Jitted", "Compiled", "ShardMapped", "Linearized"];
+    CALLABLE.contains(&name).then(|| {
+        format!(
+            "a `{name}` is called with `.call(..)`, not `f(..)` (Rust cannot make a value callable): `f.call(&x)` \
+             for one argument, `f.call((&x, &y))` for several"
+        )
+    })
+}
+
 /// A plain error output with a one-line traceback.
 pub fn simple_error(ename: &str, evalue: impl Into<String>) -> Output {
     let evalue = evalue.into();
@@ -375,6 +391,18 @@ mod tests {
         assert!(scalar_operand_note("cannot multiply `Array` by `usize`").unwrap().contains("not `usize`"));
         assert_eq!(scalar_operand_note("cannot add `f64` to `Array`"), None);
         assert_eq!(scalar_operand_note("cannot add `f32` to `String`"), None);
+    }
+
+    #[test]
+    fn calling_a_jitted_function_like_python_gets_a_note() {
+        let note = call_syntax_note("expected function, found `jax::prelude::Jitted<jax::prelude::Array, jax::prelude::Array>`").unwrap();
+        assert_eq!(
+            note,
+            "a `Jitted` is called with `.call(..)`, not `f(..)` (Rust cannot make a value callable): `f.call(&x)` for one argument, `f.call((&x, &y))` for several"
+        );
+        assert!(call_syntax_note("expected function, found `Compiled`").unwrap().starts_with("a `Compiled` is called"));
+        assert_eq!(call_syntax_note("expected function, found `i32`"), None);
+        assert_eq!(call_syntax_note("expected function, found `jax::prelude::Array`"), None);
     }
 
     #[test]
