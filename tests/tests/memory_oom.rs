@@ -37,6 +37,21 @@ fn fraction_sets_the_limit_and_oom_is_an_error() {
     // Host data past the limit fails the same way.
     let e = Array::from_vec(vec![0.0f32; n], &[n]).unwrap_err();
     assert!(e.message.starts_with("RESOURCE_EXHAUSTED") && e.message.contains("from host data at device_put"), "{}", e.message);
+    // So do the creation functions (they used to bypass the limit), before allocating:
+    // the panic carries the error (an eager `jnp` function returns an Array).
+    let big = std::panic::catch_unwind(|| jnp::ones(&[4000, 4000], None)).unwrap_err();
+    let msg = big.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.starts_with("RuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate ")
+            && msg.lines().next().unwrap().ends_with(" for an array f32[4000,4000] from host values at device_put."),
+        "{msg}"
+    );
+    // A size no machine has is the same error, not an abort of the process.
+    memory::set_bytes_limit(None).unwrap();
+    let huge = std::panic::catch_unwind(|| jnp::zeros(&[200_000, 200_000], None)).unwrap_err();
+    let msg = huge.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("RESOURCE_EXHAUSTED") && msg.contains("for an array f32[200000,200000] from host values"), "{msg}");
+    memory::set_bytes_limit(Some(memory_stats().bytes_in_use + (2 << 20))).unwrap();
     // Nothing was lost: freeing one output makes room again.
     assert_eq!(a.to_vec::<f32>().unwrap()[0], 2.0);
     drop(a);

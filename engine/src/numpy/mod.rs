@@ -63,13 +63,20 @@ fn default_dtype(s: Scalar) -> DType {
     }
 }
 
+#[track_caller]
 fn host_array(values: impl Iterator<Item = f64>, shape: &[usize], dtype: DType) -> Array {
     let aval = ShapedArray::new(shape, dtype);
-    let mut bytes = Vec::with_capacity(aval.nbytes());
-    for v in values {
-        bytes.extend(Scalar::F64(v).cast(dtype).to_bytes(dtype));
+    // Checked against the device's memory limit before anything is allocated (an
+    // allocation the system cannot give would abort the process and lose the session).
+    let mut buf = match Buffer::for_host_values(&aval) {
+        Ok(b) => b,
+        Err(e) => return ops::fail(e, aval),
+    };
+    let size = dtype.size_bytes();
+    for (chunk, v) in buf.bytes_mut().chunks_exact_mut(size.max(1)).zip(values) {
+        chunk.copy_from_slice(&Scalar::F64(v).cast(dtype).to_bytes(dtype));
     }
-    Array::from_buffer(Buffer::from_bytes(&aval, &bytes).expect("sizes match"), false)
+    Array::from_buffer(buf, false)
 }
 
 /// `jnp.arange(stop)`: 0, 1, ..., stop-1; float32 for a float `stop`, int32 for an int.
@@ -145,6 +152,7 @@ pub fn full<T: ScalarLike>(shape: &[usize], value: T, dtype: DType) -> Array {
     full_in("full", shape, value, dtype)
 }
 
+#[track_caller]
 #[track_caller]
 fn full_in<T: ScalarLike>(fun: &str, shape: &[usize], value: T, dtype: DType) -> Array {
     let dtype = check_user_dtype_supported(dtype, fun);

@@ -62,6 +62,17 @@ impl Buffer {
             .map_err(|o| memory::oom_error(&o, &format!("an output {}", aval.short())))
     }
 
+    /// A buffer of `aval` for host values the caller writes in full (the `jnp` creation
+    /// functions), accounted to the host-data site and checked against the memory limit
+    /// before anything is allocated, so `jnp::ones(&[200000, 200000], None)` is an error, not
+    /// an abort of the process.
+    /// Errors: `RESOURCE_EXHAUSTED` (a `RuntimeError`) past the limit.
+    pub(crate) fn for_host_values(aval: &ShapedArray) -> Result<Buffer, Error> {
+        Buffer::alloc(aval, false, memory::SITE_HOST, true)
+            .map(Fresh::into_plain)
+            .map_err(|o| memory::oom_error(&o, &format!("an array {} from host values", aval.short())))
+    }
+
     /// Allocates `aval.nbytes()` bytes accounted to `site`; with `check`, refuses an
     /// allocation past the memory limit.
     fn alloc(aval: &ShapedArray, zeroed: bool, site: SiteId, check: bool) -> Result<Fresh, memory::Oom> {

@@ -252,9 +252,15 @@ impl Session {
         let shared = self.shared.clone();
         let cell_pid = shared.child_pid();
         shared.in_cell.store(true, std::sync::atomic::Ordering::SeqCst);
+        let worker_clock = WorkerClock::default();
         let result = std::thread::scope(|scope| {
             let cmd = &mut ctx.cmd;
-            let worker = scope.spawn(move || catch_unwind(AssertUnwindSafe(|| cmd.execute(code))));
+            let clock = &worker_clock;
+            let worker = scope.spawn(move || {
+                clock.record_current_thread();
+                catch_unwind(AssertUnwindSafe(|| cmd.execute(code)))
+            });
+            let mut worker_cpu = WorkerCpu::new(&worker_clock);
             let outs = &ctx.outputs;
             let mut killed = false;
             let mut last_probe: Option<Instant> = None;
@@ -279,7 +285,8 @@ impl Session {
                 if worker.is_finished() {
                     break;
                 }
-                cell_build.poll(sink);
+                worker_cpu.busy(); // samples the worker's CPU time every 100 ms
+                cell_build.poll(sink, &mut worker_cpu);
                 let asked = *shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(at) = asked
                     && !killed
@@ -289,7 +296,11 @@ impl Session {
                     // soon as the cell starts.
                     if last_probe.is_none_or(|t: Instant| t.elapsed() >= Duration::from_millis(100)) {
                         last_probe = Some(Instant::now());
-                        if compiling_now() {
+                        // Still preparing the cell in this process (evcxr's rust-analyzer
+                        // pass, its first time over the engine's crates can take minutes)
+                        // or building it: the child is not running the cell, and killing
+                        // it would lose every variable for nothing.
+                        if compiling_now() || worker_cpu.busy() {
                             grace_from = Some(Instant::now());
                         }
                     }
@@ -506,6 +517,62 @@ impl Session {
     }
 }
 
+/// The CPU-time clock of the thread that runs evcxr's `execute` for a cell (Linux
+/// `pthread_getcpuclockid`), recorded by that thread when it starts.
+#[derive(Default)]
+struct WorkerClock(std::sync::Mutex<Option<libc::clockid_t>>);
+
+impl WorkerClock {
+    /// Records the calling thread's CPU clock.
+    fn record_current_thread(&self) {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: pthread_self is the calling thread; `id` is a valid out-pointer.
+        if unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) } == 0 {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
+        }
+    }
+
+    /// CPU time the thread has used, in nanoseconds (`None` before it recorded its clock or
+    /// after it ended).
+    fn cpu_ns(&self) -> Option<u64> {
+        let id = (*self.0.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out-pointer; a clock of an ended thread gives an error.
+        (unsafe { libc::clock_gettime(id, &mut ts) } == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+}
+
+/// Whether the cell's evcxr thread is working in this process (rust-analyzer's analysis
+/// of the cell, code generation) rather than waiting for the evaluation child or for
+/// cargo: its CPU time grew by at least a twentieth of the wall time (a share a loaded
+/// machine still gives a working thread; a waiting one uses none) over the last 100 ms or
+/// more.
+struct WorkerCpu<'a> {
+    clock: &'a WorkerClock,
+    last: Option<(Instant, u64)>,
+    busy: bool,
+}
+
+impl<'a> WorkerCpu<'a> {
+    fn new(clock: &'a WorkerClock) -> Self {
+        WorkerCpu { clock, last: None, busy: false }
+    }
+
+    fn busy(&mut self) -> bool {
+        let now = Instant::now();
+        if self.last.is_some_and(|(at, _)| now.duration_since(at) < Duration::from_millis(100)) {
+            return self.busy;
+        }
+        let Some(cpu) = self.clock.cpu_ns() else { return false };
+        if let Some((at, before)) = self.last {
+            let wall = now.duration_since(at).as_nanos() as u64;
+            self.busy = cpu.saturating_sub(before) * 20 >= wall;
+        }
+        self.last = Some((now, cpu));
+        self.busy
+    }
+}
+
 /// Whether evcxr is compiling a cell right now: a `cargo` or `rustc` process whose parent
 /// is this process (Linux `/proc`; false where it cannot be read).
 fn compiling_now() -> bool {
@@ -627,7 +694,7 @@ impl CellBuildProgress {
         CellBuildProgress { id: format!("cell-{cell}"), started: Instant::now(), last_check: None, shown: false, finished: false }
     }
 
-    fn poll(&mut self, sink: &mut dyn FnMut(Output)) {
+    fn poll(&mut self, sink: &mut dyn FnMut(Output), worker: &mut WorkerCpu) {
         if self.finished || self.started.elapsed() < progress_after() {
             return;
         }
@@ -635,9 +702,11 @@ impl CellBuildProgress {
             return;
         }
         self.last_check = Some(Instant::now());
-        if compiling_now() {
+        let building = compiling_now();
+        if building || worker.busy() {
             self.shown = true;
-            let text = format!("building the cell (cargo/rustc): {:.1} s", self.started.elapsed().as_secs_f64());
+            let what = if building { "cargo/rustc" } else { "analysing it with rust-analyzer" };
+            let text = format!("building the cell ({what}): {:.1} s", self.started.elapsed().as_secs_f64());
             sink(Output::Progress { id: self.id.clone(), text, done: false });
         } else {
             // The build is over (or never ran): the cell itself is running now.
@@ -880,6 +949,38 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_working_worker_thread_is_busy_and_a_waiting_one_is_not() {
+        let sample = |work: bool| {
+            let clock = WorkerClock::default();
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    clock.record_current_thread();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        if work {
+                            std::hint::black_box((0..1000u64).sum::<u64>());
+                        } else {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                });
+                while clock.cpu_ns().is_none() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let mut cpu = WorkerCpu::new(&clock);
+                let first = cpu.busy(); // no history yet
+                std::thread::sleep(Duration::from_millis(300));
+                let busy = cpu.busy();
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                (first, busy)
+            })
+        };
+        assert_eq!(sample(false), (false, false));
+        // A spinning thread gets well over a twentieth of a core even on a loaded machine.
+        assert_eq!(sample(true), (false, true));
+    }
 
     #[test]
     fn completions_lose_snippet_syntax() {
