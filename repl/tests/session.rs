@@ -155,6 +155,25 @@ fn second_session_takes_another_slot(s: &mut Session) {
     assert_eq!(r.plain().as_deref(), Some("2"), "{:?}", r.outputs);
 }
 
+fn build_progress_ends_before_the_cells_first_output(s: &mut Session) {
+    // Progress at once (JAXREPL_PROGRESS_AFTER_MS=0), so the cell's build shows it.
+    // SAFETY: between cells no thread of the session reads the environment.
+    unsafe { std::env::set_var("JAXREPL_PROGRESS_AFTER_MS", "0") };
+    let r = run(s, "println!(\"printed\"); 40 + 2");
+    unsafe { std::env::remove_var("JAXREPL_PROGRESS_AFTER_MS") };
+    assert_eq!(r.status, ExecStatus::Ok, "{:?}", r.outputs);
+    let at = |f: &dyn Fn(&Output) -> bool| r.outputs.iter().position(f);
+    let shown = at(&|o| matches!(o, Output::Progress { done: false, .. }));
+    let done = at(&|o| matches!(o, Output::Progress { done: true, .. }));
+    let printed = at(&|o| matches!(o, Output::Stdout(_)));
+    assert!(shown.is_some() && printed.is_some(), "{:?}", r.outputs);
+    // The build's progress ends before the printed line (a notebook can then remove it
+    // instead of keeping an emptied display above the output).
+    assert!(done.is_some() && done < printed, "{:?}", r.outputs);
+    assert_eq!(r.stdout(), "printed\n");
+    assert_eq!(r.plain().as_deref(), Some("42"));
+}
+
 fn main() {
     evcxr::runtime_hook();
     let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jaxrepl-session-tests");
@@ -172,6 +191,7 @@ fn main() {
         ("interrupt_of_plain_rust_restarts_the_child", interrupt_of_plain_rust_restarts_the_child),
         ("completion_and_inspection", completion_and_inspection),
         ("completeness", completeness),
+        ("build_progress_ends_before_the_cells_first_output", build_progress_ends_before_the_cells_first_output),
         ("second_session_takes_another_slot", second_session_takes_another_slot),
     ];
     let mut failed = Vec::new();

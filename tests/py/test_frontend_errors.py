@@ -7,9 +7,8 @@
   the magic's generated code; a syntax error in a magic's argument has no note about the
   generated closure.
 - A plain cell's iopub traffic leaves no empty `display_data` (finished progress
-  displays are cleared when nothing else was shown), also when the cell-build progress
-  display was shown and the cell prints (session 10's fresh user saw an emptied display
-  above printed output in most saved notebooks).
+  displays are cleared when nothing else was shown; that the cell-build progress ends
+  before a cell's first printed line is repl/tests/session.rs's test).
 - Piped input whose last statement is incomplete reports it instead of dropping it.
 """
 
@@ -20,7 +19,7 @@ import subprocess
 
 import pytest
 from conftest import FIRST_CELL_TIMEOUT
-from test_kernel_lifecycle import collect, run, kernel, start_kernel  # noqa: F401 (kernel: a module-scoped fixture)
+from test_kernel_lifecycle import collect, run, kernel  # noqa: F401 (kernel: a module-scoped fixture)
 from test_frontend_fixes import ok, text_of
 import pexpect
 from test_repl_pty import CELL_TIMEOUT_S, START_TIMEOUT_S, expect_prompt, jaxrepl_bin, spawn
@@ -115,33 +114,6 @@ def kept_outputs(messages: list[dict]) -> list[tuple[str, dict]]:
                 if (old.get("transient") or {}).get("display_id") == c["transient"]["display_id"]:
                     kept[i] = (k, {**old, "data": c["data"]})
     return kept
-
-
-def test_a_printing_cell_after_a_build_progress_display_keeps_only_its_outputs():
-    # A kernel whose cell-build progress shows at once (JAXREPL_PROGRESS_AFTER_MS=0), so every
-    # cell's build shows it; the cell's printed line must not follow an emptied display.
-    old = os.environ.get("JAXREPL_PROGRESS_AFTER_MS")
-    os.environ["JAXREPL_PROGRESS_AFTER_MS"] = "0"
-    try:
-        km, kc = start_kernel()
-    finally:
-        if old is None:
-            os.environ.pop("JAXREPL_PROGRESS_AFTER_MS", None)
-        else:
-            os.environ["JAXREPL_PROGRESS_AFTER_MS"] = old
-    try:
-        reply, messages = collect(kc, kc.execute('println!("printed"); 40 + 2'))
-        assert reply["content"]["status"] == "ok", messages
-        shown = [m for m in messages if m["msg_type"] == "display_data"
-                 and (m["content"].get("transient") or {}).get("display_id", "").startswith("jaxrepl-progress-cell-")]
-        assert shown, messages  # the build progress was shown, so the case is exercised
-        kept = kept_outputs(messages)
-        assert [k for k, _ in kept] == ["stream", "execute_result"], messages
-        assert kept[0][1]["text"] == "printed\n"
-        assert kept[1][1]["data"]["text/plain"] == "42"
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 def test_piped_input_with_an_incomplete_end_reports_it():

@@ -708,8 +708,9 @@ impl CellBuildProgress {
             let what = if building { "cargo/rustc" } else { "analysing it with rust-analyzer" };
             let text = format!("building the cell ({what}): {:.1} s", self.started.elapsed().as_secs_f64());
             sink(Output::Progress { id: self.id.clone(), text, done: false });
-        } else {
-            // The build is over (or never ran): the cell itself is running now.
+        } else if self.shown {
+            // The build is over: the cell itself is running now. (Before anything was
+            // shown this says nothing: evcxr may not have started cargo yet.)
             self.finish(sink);
         }
     }
