@@ -122,8 +122,13 @@ impl std::str::FromStr for Stage {
 ///   `CompilerEffortLevel.O3`, or its values 9/19/29/39), mapped to -O0..-O3; `UNKNOWN`
 ///   (or 0) keeps the default.
 ///
-/// Errors: `ValueError` `No such compile option: 'name'` (XLA's text) for any other key,
-/// `ValueError` naming the accepted values for a bad value; a bad `JAXREPL_FLAGS`.
+/// - `memory_fitting_level`: a `CompilerEffortLevel` as above, validated, without effect;
+/// - XLA's flag names (`xla_...`): accepted with a `UserWarning` that they have no effect (JAX
+///   hands them to XLA, which accepts even another platform's flags).
+///
+/// Errors: `ValueError` `No such compile option: 'name'` (XLA's text, then a line listing the
+/// options taken) for any other key, `ValueError` naming the accepted values for a bad value;
+/// a bad `JAXREPL_FLAGS`.
 pub fn parse_compiler_options(options: &[(&str, &str)]) -> Result<u8> {
     let mut opt_level = pipeline::default_opt_level()?;
     for (k, v) in options {
@@ -156,7 +161,30 @@ pub(crate) fn apply_compiler_option(opt_level: &mut u8, k: &str, v: &str) -> Res
                 }
             }
         }
-        _ => return Err(Error::value_error(format!("No such compile option: '{k}'"))),
+        "memory_fitting_level" => {
+            // JAX's second CompilerEffortLevel: validated, no effect here (nothing is fitted
+            // to a device's memory by recompiling).
+            let name = v.trim().trim_start_matches("CompilerEffortLevel.");
+            if !["UNKNOWN", "O0", "O1", "O2", "O3", "0", "9", "19", "29", "39"].contains(&name) {
+                return Err(Error::value_error(format!(
+                    "memory_fitting_level must be a CompilerEffortLevel (UNKNOWN, O0, O1, O2, O3), got '{v}'"
+                )));
+            }
+        }
+        // XLA's own flags (`xla_cpu_enable_fast_math`, `xla_gpu_enable_latency_hiding_scheduler`,
+        // ...): JAX passes them to XLA, which accepts even another platform's flags. This
+        // backend is MLIR/LLVM, not XLA: accepted, with a warning that they do nothing here.
+        _ if k.starts_with("xla_") && !k.contains(char::is_whitespace) => {
+            crate::transform::jit::warn(format!(
+                "compile option '{k}' is an XLA flag; jaxrepl compiles through MLIR/LLVM, not XLA, so it has no effect here"
+            ));
+        }
+        _ => {
+            return Err(Error::value_error(format!(
+                "No such compile option: '{k}'\nThe options jaxrepl takes: opt_level (0-3), optimization_level and \
+                 memory_fitting_level (a CompilerEffortLevel), and XLA's flag names (xla_..., accepted without effect)"
+            )))
+        }
     }
     Ok(())
 }
