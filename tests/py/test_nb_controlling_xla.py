@@ -36,3 +36,20 @@ def test_levels_differ_in_code_not_result(nb):
     assert len(vals) == 2, text
     for v in vals:
         assert abs(v - want) <= 1e-3 * max(1.0, abs(want)), (v, want, text)
+
+
+def test_xla_flags_are_accepted_with_a_warning(nb):
+    # JAX's page: a GPU-only flag is accepted on CPU. Here: accepted, with a UserWarning.
+    text = outputs_text(cell_with(nb, '"xla_gpu_enable_latency_hiding_scheduler"'))
+    assert re.search(r"Array\(2\.?, dtype=float32, weak_type=True\)", text), text
+    assert ("UserWarning: compile option 'xla_gpu_enable_latency_hiding_scheduler' is an XLA flag; "
+            "jaxrepl compiles through MLIR/LLVM, not XLA, so it has no effect here") in text, text
+
+
+def test_op_metadata_rides_on_the_lowered_ops(nb):
+    text = outputs_text(cell_with(nb, 'set_xla_metadata(&[("tag", "my_block")]'))
+    m = re.search(r"Array\(([0-9.]+), dtype=float32, weak_type=True\)", text)
+    assert m and abs(float(m.group(1)) - (math.sin(1.0) * math.cos(1.0) + 1.0)) < 1e-6, text
+    text = outputs_text(cell_with(nb, "%lower tagged.call(1.0)"))
+    assert 'mhlo.frontend_attributes = {tag = "my_block"}' in text, text
+    assert "math.sin" in text or "sin" in text, text
