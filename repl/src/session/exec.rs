@@ -206,7 +206,7 @@ impl Session {
                 sink(render::simple_error("MagicError", msg));
                 return ExecStatus::Error;
             }
-            Rewrite::Code(c) if !self.opts.prelude && c.trim() == "jax::magic::help()" => {
+            Rewrite::Code(c) if !self.opts.prelude && c.trim() == "jax::magic::help().evcxr_display();" => {
                 sink(Output::Display(vec![("text/plain".into(), magic::help_text())]));
                 return ExecStatus::Ok;
             }

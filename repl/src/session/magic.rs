@@ -187,7 +187,11 @@ pub fn rewrite_mapped(cell: &str) -> (Rewrite, Option<MagicColumns>) {
                 user_start: chars(&cell[start..body_offset]),
                 code_start: chars(&head),
             };
-            (Rewrite::Code(format!("{prefix}{head}{body}{tail}")), Some(columns))
+            // Shown by an explicit `.evcxr_display()` statement rather than as the cell's
+            // final expression: evcxr falls back to Debug formatting (`Ok(ShardingView { .. })`)
+            // when a final expression fails to compile once, which a magic's argument that
+            // moves a session variable (`%sharding x + 1`) makes it do.
+            (Rewrite::Code(format!("{prefix}{head}{body}{tail}.evcxr_display();")), Some(columns))
         }
         // The argument's own errors name the user's line and the magic's usage.
         Err(msg) if msg.contains("\nusage: ") => (Rewrite::Error(msg), None),
@@ -557,10 +561,20 @@ fn magic_call<'a>(spec: &MagicSpec, arg: &'a str) -> Result<(String, &'a str, St
 mod tests {
     use super::*;
 
+    /// The code a magic cell becomes, without the display statement every rewrite ends
+    /// with (checked by `every_rewrite_displays_its_value_by_a_statement`).
     fn code(cell: &str) -> String {
         match rewrite(cell) {
-            Rewrite::Code(c) => c,
+            Rewrite::Code(c) => c.strip_suffix(".evcxr_display();").map(str::to_string).unwrap_or_else(|| panic!("no display statement: {c:?}")),
             other => panic!("expected code for {cell:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_rewrite_displays_its_value_by_a_statement() {
+        for cell in ["%sharding x + 1", "%jaxpr f.call(x)", "%memory", "%mesh", "let y = 1;\n%cost f.call(&y)"] {
+            let Rewrite::Code(c) = rewrite(cell) else { panic!("{cell}") };
+            assert!(c.ends_with(").evcxr_display();"), "{c}");
         }
     }
 
@@ -664,7 +678,7 @@ mod tests {
     #[test]
     fn argument_columns_map_back_to_the_users_line() {
         let (r, cols) = rewrite_mapped("let y = 1;\n  %jaxpr f.call(&nope)");
-        assert_eq!(r, Rewrite::Code("let y = 1;\njax::magic::jaxpr(|| f.call(&nope))".into()));
+        assert_eq!(r, Rewrite::Code("let y = 1;\njax::magic::jaxpr(|| f.call(&nope)).evcxr_display();".into()));
         let cols = cols.unwrap();
         assert_eq!(cols, MagicColumns { line: 2, percent: 2, user_start: 9, code_start: 21 });
         // `nope` is at rewritten column 30 (1-based) and at the user's column 18.
