@@ -1506,5 +1506,11 @@ pub(crate) fn from_shards(aval: ShapedArray, ns: NamedSharding, shards: Vec<Arc<
     if blocks.len() != shards.len() {
         return Err(Error::runtime(format!("internal: {} shards for a mesh of {} devices", shards.len(), blocks.len())));
     }
-    Ok(sharded_from_shards(aval, ns, blocks.into_iter().zip(shards).map(|((device, index), data)| (device, index, data)).collect()))
+    // A block made on another device (a `pure_callback`'s result inside a shard_map body is
+    // made on the host, i.e. device 0) is copied to the device that holds it, so its memory
+    // is that device's.
+    let placed = |device: u32, data: Arc<DeviceArray>| {
+        if data.placement.device == device { data } else { put_on(&data, device, true, data.memory_kind) }
+    };
+    Ok(sharded_from_shards(aval, ns, blocks.into_iter().zip(shards).map(|((device, index), data)| (device, index, placed(device, data))).collect()))
 }

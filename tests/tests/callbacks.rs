@@ -290,3 +290,29 @@ fn a_panicking_callback_reports_only_its_error() {
     assert_eq!(seen.load(Ordering::SeqCst), 1);
     let _ = std::panic::take_hook(); // back to the default hook
 }
+
+#[test]
+fn a_callbacks_blocks_in_a_shard_map_live_on_their_devices() {
+    eight_cpu_devices();
+    let _l = serial();
+    let mesh = make_mesh(&[4], &["i"], None).unwrap();
+    let xs = device_put(&jnp::arange(8.0), NamedSharding::new(&mesh, P!("i")).unwrap()).unwrap();
+    let double = |a: &[Array]| -> jax::Result<Vec<Array>> { Ok(vec![a[0].clone() * 2.0]) };
+    let sm = shard_map(
+        move |x: Array| -> jax::Result<Array> { Ok(pure_callback(double, &[ShapeDtypeStruct::like(&x)], &[x], None)?.remove(0)) },
+        Some(&mesh),
+        P!("i"),
+        P!("i"),
+    );
+    for r in [sm.call(&xs).unwrap(), jit(move |x: Array| sm.call(x)).call(&xs).unwrap()] {
+        close(&r, &[0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]);
+        let shards = r.addressable_shards().unwrap();
+        assert_eq!(shards.len(), 4);
+        for (k, s) in shards.iter().enumerate() {
+            // The block device k holds is data on device k (a callback's result is made on
+            // the host, device 0, and is moved to its device).
+            assert_eq!((s.device.id, s.data.devices().unwrap().iter().map(|d| d.id).collect::<Vec<_>>()), (k as u32, vec![k as u32]));
+            close(&s.data, &[4.0 * k as f64, 4.0 * k as f64 + 2.0]);
+        }
+    }
+}

@@ -41,7 +41,7 @@ pub struct MagicSpec {
 
 /// Every magic the session knows, in the order `%help` lists them.
 pub const MAGICS: &[MagicSpec] = &[
-    MagicSpec { name: "jaxpr", function: "jaxpr", arg: MagicArg::Call, summary: "show the jaxpr that CALL traces to" },
+    MagicSpec { name: "jaxpr", function: "jaxpr", arg: MagicArg::Call, summary: "run CALL and show the jaxpr of its (last) jitted call; f.trace(&x) shows it without running" },
     MagicSpec { name: "lower", function: "lower", arg: MagicArg::Call, summary: "show the MLIR module CALL lowers to" },
     MagicSpec { name: "compile", function: "compile", arg: MagicArg::StageCall, summary: "show the optimized IR of CALL's compiled executable (--stage jaxpr|lowered|opt|llvm|asm)" },
     MagicSpec { name: "diff-passes", function: "diff_passes", arg: MagicArg::Call, summary: "show the IR diff of each compile pass that changed CALL's module" },
