@@ -198,21 +198,27 @@ impl Mesh {
     /// axis_types)`). Errors: `ValueError` for mismatched lengths, repeated axis names or
     /// devices, or a device count that is not the product of the sizes.
     pub fn new(devices: &[Device], axis_sizes: &[usize], axis_names: &[&str], axis_types: Vec<AxisType>) -> Result<Mesh> {
+        // Python's tuple texts, as JAX's messages show them.
+        let sizes = py_tuple(axis_sizes.iter().map(|s| s.to_string()));
+        let names_t = py_tuple(axis_names.iter().map(|n| format!("'{n}'")));
         if axis_sizes.len() != axis_names.len() || axis_types.len() != axis_names.len() {
             return Err(Error::value_error(format!(
-                "Mesh axis_sizes {:?}, axis_names {:?} and axis_types {:?} must have the same length",
-                axis_sizes, axis_names, axis_types
+                "Mesh axis_sizes {sizes}, axis_names {names_t} and axis_types {} must have the same length",
+                py_tuple(axis_types.iter().map(|t| format!("{t:?}")))
             )));
+        }
+        if axis_sizes.contains(&0) {
+            return Err(Error::value_error(format!("Mesh axis sizes must be positive, got {sizes}")));
         }
         let n: usize = axis_sizes.iter().product();
         if devices.len() != n {
-            return Err(Error::value_error(format!("Mesh of shape {axis_sizes:?} needs {n} devices, got {}", devices.len())));
+            return Err(Error::value_error(format!("Mesh of shape {sizes} needs {n} devices, got {}", devices.len())));
         }
         let mut names: Vec<&str> = axis_names.to_vec();
         names.sort();
         names.dedup();
         if names.len() != axis_names.len() {
-            return Err(Error::value_error(format!("Mesh axis names must be unique, got {axis_names:?}")));
+            return Err(Error::value_error(format!("Mesh axis names must be unique, got {names_t}")));
         }
         let mut ids: Vec<u32> = devices.iter().map(|d| d.id).collect();
         ids.sort();

@@ -63,6 +63,13 @@ fn mesh_spec_and_sharding_reprs() {
     assert!(e.message.contains("Z"), "{e}");
     let e = make_mesh(&[16], &["x"], None).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
+    // Bad meshes, with Python's tuple texts in the messages.
+    let e = make_mesh(&[0], &["x"], None).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: Mesh axis sizes must be positive, got (0,)");
+    let e = make_mesh(&[4, 2], &["x"], None).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: Mesh axis_sizes (4, 2), axis_names ('x',) and axis_types (Explicit, Explicit) must have the same length");
+    let e = make_mesh(&[2, 2], &["x", "x"], None).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: Mesh axis names must be unique, got ('x', 'x')");
 }
 
 /// The block of an `rows x cols` row-major arange held at `index`.
