@@ -197,6 +197,13 @@ fn in_and_out_shardings_place_arguments_and_results() {
     let z = g.call(&host).unwrap();
     assert_eq!(typeof_(&z).to_string(), "float32[8@X,4]");
     close(&z, &(host.clone() + 1.0));
+    // An in_shardings tuple of the wrong length, and a sharding of too high a rank for an
+    // argument, are errors naming the jit argument (JAX's pjit texts).
+    let two: Vec<Option<PartitionSpec>> = vec![Some(P!("X")), None];
+    let e = jit(|x: Array| x.sin()).in_shardings(two).call(&host).unwrap_err();
+    assert!(e.message.ends_with("But jit in_shardings is the wrong length: got a tuple or list of length 2 for an args tuple of length 1."), "{e}");
+    let e = jit(|x: Array| x.sin()).in_shardings(vec![Some(P!("X", "Y"))]).call(&jnp::arange(8.0)).unwrap_err();
+    assert!(e.message.starts_with("One of pjit arguments with pytree key path args[0] was given the sharding of NamedSharding("), "{e}");
 }
 
 #[test]

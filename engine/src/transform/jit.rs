@@ -365,12 +365,27 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     fn place_inputs(&self, flat: &mut Flat) -> Result<()> {
         let Some(ins) = &self.inner.shardings.ins else { return Ok(()) };
         let ranges = flat.treedef.arg_leaf_ranges();
+        if ins.len() != ranges.len() {
+            // JAX's pjit text for an in_shardings tuple of the wrong length.
+            return Err(Error::value_error(format!(
+                "jit in_shardings specification must be a tree prefix of the positional arguments tuple. In particular, \
+                 jit in_shardings must either be a Sharding, a PartitionSpec, or a tuple of length equal to the number of \
+                 positional arguments. But jit in_shardings is the wrong length: got a tuple or list of length {} for an \
+                 args tuple of length {}.",
+                ins.len(),
+                ranges.len()
+            )));
+        }
         for (i, target) in ins.iter().enumerate() {
             let (Some(t), Some(r)) = (target, ranges.get(i)) else { continue };
             for leaf in &mut flat.leaves[r.clone()] {
                 if let ArgLeaf::Value(a) = leaf {
                     if !a.is_tracer() && !crate::sharding::placed_as(a, t) {
-                        *a = crate::sharding::device_put(a, t.clone())?;
+                        // device_put's errors name the jit argument, as JAX's do.
+                        *a = crate::sharding::device_put(a, t.clone()).map_err(|mut e| {
+                            e.message = e.message.replacen("One of device_put args", &format!("One of pjit arguments with pytree key path args[{i}]"), 1);
+                            e
+                        })?;
                     }
                 }
             }
