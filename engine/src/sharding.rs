@@ -1357,6 +1357,11 @@ pub fn visualize_array_sharding(x: &Array) -> Result<crate::display::sharding_vi
         Repr::Device(d) => d,
         Repr::Tracer(t) => {
             if let Some(view) = crate::transform::shard_map::body_view(t) {
+                // Printed at once, as JAX's visualize_array_sharding prints: the value of a
+                // call inside a body (`visualize_array_sharding(&x)?;`) is never shown.
+                if let Ok(v) = &view {
+                    println!("{}", v.plain);
+                }
                 return view;
             }
             return Err(Error::type_error(
