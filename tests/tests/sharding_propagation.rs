@@ -272,6 +272,10 @@ fn sharding_and_mesh_views() {
     assert!(v.html.contains("float32[8@X,4@Y] · 128 B"), "{}", v.html);
     let r = jax::magic::sharding(&reshard(&x, NamedSharding::new(&mesh, P!("X", None)).unwrap()).unwrap()).unwrap();
     assert_eq!(r.html.matches(">32 B on each<").count(), 4, "{}", r.html);
+    // Row heights in whole tenths of an em (9 lines of P(None, 'Y') on (8, 4) were 11.700000000000001em).
+    let cols = jax::magic::sharding(&reshard(&x, NamedSharding::new(&mesh, P!(None, "Y")).unwrap()).unwrap()).unwrap();
+    let rows = cols.html.split("grid-template-rows:").nth(1).and_then(|r| r.split(';').next()).unwrap().to_string();
+    assert!(rows.split(' ').all(|h| h.strip_suffix("em").is_some_and(|n| n.split('.').nth(1).is_none_or(|d| d.len() == 1))), "{rows}");
     let e = jax::magic::sharding(&Array::from_vec(arange(8), &[2, 2, 2]).unwrap()).unwrap_err();
     assert_eq!(e.to_string(), "ValueError: `visualize_sharding` only works for shapes with 1 and 2 dimensions.");
 

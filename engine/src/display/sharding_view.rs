@@ -189,7 +189,7 @@ impl ShardingView {
         html.push_str(&format!("<div style=\"margin-bottom:4px\">{}</div>", escape(title)));
         let lab_col = if row_labels.is_empty() { String::new() } else { format!("{}ch ", lw.max(2)) };
         let template_cols: Vec<String> = col_w.iter().map(|w| format!("{}ch", (*w).max(6) + 2)).collect();
-        let template_rows: Vec<String> = heights.iter().map(|h| format!("{}em", (*h as f64 * 1.3).max(2.6))).collect();
+        let template_rows: Vec<String> = heights.iter().map(|h| format!("{:.1}em", (*h as f64 * 1.3).max(2.6))).collect();
         html.push_str(&format!(
             "<div style=\"display:grid;grid-template-columns:{lab_col}{};grid-template-rows:{}{};gap:1px;background:#fff\">",
             template_cols.join(" "),
