@@ -89,24 +89,32 @@ pub fn panic_output(json: &str, cell: &str, generated: Option<&str>) -> Output {
     let location = v["location"].as_str().unwrap_or("").to_string();
     let thread = v["thread"].as_str().unwrap_or("");
     let shown = map_location(&location, cell, generated).unwrap_or(location);
-    let mut traceback = vec![if thread.is_empty() || thread == "main" {
-        format!("panicked at {shown}:")
-    } else {
-        format!("thread '{thread}' panicked at {shown}:")
-    }];
-    traceback.extend(message.lines().map(str::to_string));
-    // The engine's eager operators panic with `SomeError: message` (DESIGN.md): keep
-    // that class name, as JAX would raise it.
-    let (ename, evalue) = match message.split_once(": ") {
+    // The engine's eager operators panic with `SomeError: message` (DESIGN.md; an operator
+    // cannot return a Result): keep that class name, as JAX would raise it, and show the
+    // error as an error at the user's line rather than as a Rust panic.
+    let engine_class = match message.split_once(": ") {
         Some((class, rest))
             if class.ends_with("Error")
                 && class.chars().next().is_some_and(|c| c.is_ascii_uppercase())
                 && class.chars().all(|c| c.is_ascii_alphanumeric()) =>
         {
-            (class.to_string(), rest.to_string())
+            Some((class.to_string(), rest.to_string()))
         }
-        _ => ("Panic".to_string(), message),
+        _ => None,
     };
+    let mut traceback = Vec::new();
+    if engine_class.is_none() {
+        traceback.push(if thread.is_empty() || thread == "main" {
+            format!("panicked at {shown}:")
+        } else {
+            format!("thread '{thread}' panicked at {shown}:")
+        });
+    }
+    traceback.extend(message.lines().map(str::to_string));
+    if engine_class.is_some() && !shown.is_empty() {
+        traceback.push(format!("  (at {shown})"));
+    }
+    let (ename, evalue) = engine_class.unwrap_or_else(|| ("Panic".to_string(), message));
     Output::Error { ename, evalue, traceback }
 }
 
@@ -450,7 +458,7 @@ mod tests {
         let json = r#"{"message":"TypeError: add got incompatible shapes","location":"x.rs:1:1","thread":"main"}"#;
         let Output::Error { ename, evalue, traceback } = panic_output(json, "", None) else { panic!() };
         assert_eq!((ename.as_str(), evalue.as_str()), ("TypeError", "add got incompatible shapes"));
-        assert_eq!(traceback, vec!["panicked at x.rs:1:1:", "TypeError: add got incompatible shapes"]);
+        assert_eq!(traceback, vec!["TypeError: add got incompatible shapes", "  (at x.rs:1:1)"]);
         let json = r#"{"message":"Not an Error: x","location":"","thread":""}"#;
         let Output::Error { ename, .. } = panic_output(json, "", None) else { panic!() };
         assert_eq!(ename, "Panic");
