@@ -647,7 +647,8 @@ fn target_dims(t: &PutTarget, ndim: usize) -> Option<(Mesh, Dims)> {
 /// lowers them: a result whose target is a `NamedSharding` on the annotated mesh gets that
 /// target's `sdy.sharding`. Without argument annotations, the first named target's mesh
 /// annotates the module (`mhlo.num_partitions`, `sdy.mesh`, results' `sdy.sharding`; the
-/// arguments get none: `bare_ins`); results without a named target there are replicated.
+/// arguments get none: `bare_ins`) when it has more than one device; results without a
+/// named target there are replicated.
 pub(crate) fn with_out_shardings(a: Option<Annotations>, jaxpr: &crate::ir::ClosedJaxpr, targets: Option<&Vec<PutTarget>>) -> Option<Annotations> {
     let Some(t) = targets.filter(|t| !t.is_empty()) else { return a };
     let avals = jaxpr.jaxpr.out_avals();
@@ -655,7 +656,9 @@ pub(crate) fn with_out_shardings(a: Option<Annotations>, jaxpr: &crate::ir::Clos
     let mut a = match a {
         Some(a) => a,
         None => {
-            let mesh = (0..avals.len()).find_map(|i| target(i).and_then(|x| target_dims(x, avals[i].ndim())).map(|(m, _)| m))?;
+            // (A one-device mesh lowers as a single-device program: no Shardy annotations,
+            // as JAX's `{jax.result_info = "result", mhlo.memory_kind = "pinned_host"}`.)
+            let mesh = (0..avals.len()).find_map(|i| target(i).and_then(|x| target_dims(x, avals[i].ndim())).map(|(m, _)| m)).filter(|m| m.size() > 1)?;
             Annotations {
                 mesh,
                 ins: jaxpr.jaxpr.invars.iter().map(|v| vec![vec![]; v.aval.ndim()]).collect(),

@@ -323,6 +323,12 @@ fn an_out_sharding_on_an_unsharded_argument_lowers_on_its_mesh() {
         // The compiled program is the single-device one (no partitioned plan to show).
         assert!(!f.lower(&x).unwrap().compile().unwrap().as_text().contains("// jaxrepl: arguments sharded"));
     }
+    // A one-device mesh lowers as a single-device program (JAX: `{jax.result_info = ..,
+    // mhlo.memory_kind = "pinned_host"}`, no Shardy annotations).
+    let one = Mesh::new(&devices()[1..2], &[1], &["x"], vec![AxisType::Auto]).unwrap();
+    let s1 = NamedSharding::new(&one, P!("x")).unwrap().with_memory_kind("pinned_host").unwrap();
+    let text = jit(|x: Array| x * 0.5).out_shardings(vec![s1]).lower(&x).unwrap().as_text();
+    assert!(text.contains(r#"-> (tensor<16xf32> {mhlo.memory_kind = "pinned_host"})"#) && !text.contains("sdy."), "{text}");
     // A sharded argument with a replicated out sharding: the result's annotation is P().
     let px = put(&x, &mesh, P!("x"));
     let g = jit(|x: Array| x.sin() * 2.0).out_shardings(vec![NamedSharding::new(&mesh, P!()).unwrap()]);
