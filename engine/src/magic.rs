@@ -26,6 +26,17 @@ thread_local! {
     /// The last call's jaxpr with its arguments' types, when they are sharded over an
     /// explicit mesh or in pinned host memory (`%jaxpr` shows `f32[8@x]`).
     static LAST_TYPED: RefCell<Option<ClosedJaxpr>> = const { RefCell::new(None) };
+    /// The last call's lowered text with its results laid out as its `out_shardings` ask
+    /// (Shardy annotations on the out shardings' mesh), when it has named ones.
+    static LAST_LOWERED: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Records the lowered text `%lower` shows for the jitted call being made, when its
+/// `out_shardings` lay its results out on a mesh (`None`: the usual text).
+pub(crate) fn note_lowered(text: Option<String>) {
+    if capturing() {
+        LAST_LOWERED.with(|c| *c.borrow_mut() = text);
+    }
 }
 
 /// Records the typed jaxpr of the jitted call being made (`None`: plain types); `%jaxpr`
@@ -59,6 +70,7 @@ pub(crate) fn note_call(name: &str, entry: &Arc<CacheEntry>) {
         return;
     }
     LAST_CALL.with(|c| *c.borrow_mut() = Some((name.to_string(), entry.clone())));
+    LAST_LOWERED.with(|c| *c.borrow_mut() = None);
 }
 
 /// Records the error a jitted call returned (kept only while a magic waits for a call, and
@@ -136,6 +148,9 @@ pub fn jaxpr<T>(call: impl FnOnce() -> T) -> Result<ClosedJaxpr> {
 /// its collectives as StableHLO ops); `%compile` shows the per-device segments that run.
 pub fn lower<T>(call: impl FnOnce() -> T) -> Result<Text> {
     let (name, e) = last_call(call)?;
+    if let Some(t) = LAST_LOWERED.with(|c| c.borrow_mut().take()) {
+        return Ok(Text(t));
+    }
     if let Some(t) = take_partitioned() {
         return Ok(Text(t.lowered));
     }

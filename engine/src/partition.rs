@@ -11,7 +11,9 @@
 //!   resharded to it; 0-d operands are read whole);
 //! - `dot_general`: operands laid out as the result's batch/free dims; a contracting dim
 //!   split over the same axes on both operands stays split and the local product is a
-//!   partial sum over those axes (JAX's "all-reduce for sharded contractions");
+//!   partial sum over those axes (JAX's "all-reduce for sharded contractions"); a result
+//!   dim asked split over those same axes (an `out_sharding` or `out_shardings`) is whole
+//!   locally and the partial sum is reduce-scattered onto it;
 //! - `reduce_sum`/`reduce_max`/`reduce_min` over a split dim: the local reduction, pending
 //!   `psum`/`pmax`/`pmin` over the dim's axes;
 //! - `broadcast_in_dim`, `transpose`, `reshape` (a split dim staying the major dim of its
@@ -24,7 +26,8 @@
 //! A value is **resharded** where a consumer needs another layout: a pending sum the
 //! consumer wants split over the same axes becomes a `reduce_scatter`, any other pending
 //! reduction a `psum`/`pmax`/`pmin`; a split moving to a whole dim is one `all_to_all`,
-//! a dim split otherwise differently is `all_gather`ed, and a dim the consumer wants
+//! a dim split otherwise differently is `all_gather`ed (several such dims with one
+//! `all_gather` over all their axes, then local reshapes and a transpose), and a dim the consumer wants
 //! split but that is whole is sliced locally (`axis_index` ×
 //! block size → `dynamic_slice`). Results are resharded to the propagated shardings (or
 //! the `out_shardings` asked for), so values and result shardings equal the gather path's.
@@ -225,6 +228,14 @@ impl<'m> Builder<'m> {
             var = self.coll(Collective::AllToAll { axes, axis_size: n, split_axis: j, concat_axis: k, tiled: true }, Some(&var), out);
             dims = nd;
         }
+        // Several dims split otherwise than wanted (P('x', 'y') to P(), or to P('y', 'x')):
+        // one `all_gather` over all their axes (a new leading dim, device blocks in the
+        // axes' row-major order) and local reshapes/transpose that put each block back in
+        // place, not one all_gather per dim (XLA's all-gather of several sharded dims).
+        let gather: Vec<usize> = (0..g.ndim()).filter(|&k| dims[k] != want[k] && !dims[k].is_empty()).collect();
+        if gather.len() > 1 {
+            var = self.gather_dims(g, &var, &mut dims, &gather)?;
+        }
         for k in 0..g.ndim() {
             if dims[k] != want[k] && !dims[k].is_empty() {
                 let axes = std::mem::take(&mut dims[k]);
@@ -260,6 +271,38 @@ impl<'m> Builder<'m> {
         }
         self.reshards.insert((gid, want.clone()), var.clone());
         Ok(var)
+    }
+
+    /// `var` (of global type `g`, laid out as `dims`) with the dims `ks` made whole by one
+    /// untiled `all_gather` over their axes (in `ks` order): [N, block..] reshaped to
+    /// [n_k.., block..], each n_k moved before its dim, merged back. `dims` is updated.
+    fn gather_dims(&mut self, g: &ShapedArray, var: &Var, dims: &mut Dims, ks: &[usize]) -> Result<Var> {
+        let axes: Vec<String> = ks.iter().flat_map(|&k| dims[k].iter().cloned()).collect();
+        let ns: Vec<usize> = ks.iter().map(|&k| self.parts(&dims[k])).collect();
+        let n: usize = ns.iter().product();
+        let blk = var.aval.clone();
+        let mut stacked = blk.clone();
+        stacked.shape.insert(0, n);
+        let x = self.coll(Collective::AllGather { axes, axis_size: n, dimension: 0, tiled: false }, Some(var), stacked);
+        let mut split = blk.clone();
+        split.shape = ns.iter().copied().chain(blk.shape.iter().copied()).collect();
+        let x = self.emit(Primitive::Reshape { new_sizes: split.shape.clone() }, vec![Atom::Var(x)], vec![split], None).remove(0);
+        let m = ks.len();
+        let mut perm = vec![];
+        for j in 0..g.ndim() {
+            if let Some(i) = ks.iter().position(|&k| k == j) {
+                perm.push(i);
+            }
+            perm.push(m + j);
+        }
+        let mut moved = blk.clone();
+        moved.shape = perm.iter().map(|&p| x.aval.shape[p]).collect();
+        let x = self.emit(Primitive::Transpose { permutation: perm }, vec![Atom::Var(x)], vec![moved], None).remove(0);
+        for &k in ks {
+            dims[k] = vec![];
+        }
+        let out = self.block(g, dims).ok_or_else(|| Error::runtime("internal: all_gather block"))?;
+        Ok(self.emit(Primitive::Reshape { new_sizes: out.shape.clone() }, vec![Atom::Var(x)], vec![out], None).remove(0))
     }
 
     /// Operand `a` laid out as `want` (literals as they are).
@@ -447,11 +490,11 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         for (v, d) in e.outputs.iter().zip(&out_prop) {
             prop.insert(v.id, d.clone());
         }
-        if let Some(dims) = loops::loop_per_device(&mut b, &mut vals, e)? {
-            // The loop keeps its operands' layout.
-            for (v, d) in e.outputs.iter().zip(dims) {
-                prop.insert(v.id, d);
-            }
+        // A loop run per device may lay its carries out as the body gives them back (a
+        // whole initial value taking a split operand's layout); its results' shardings stay
+        // the propagated ones (a carry's is its initial value's, as in JAX and as the
+        // jaxpr's types print it): consumers and results reshard from the actual layout.
+        if loops::loop_per_device(&mut b, &mut vals, e)?.is_some() {
             continue;
         }
         let one_out = e.outputs.len() == 1;
@@ -475,30 +518,60 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
                 let r = b.settled_dims(&e.inputs[1], &mut vals)?;
                 let o = b.fit(og, &out_prop[0]);
                 let (mut lw, mut rw) = (replicated(lg.ndim()), replicated(rg.ndim()));
-                let mut pos = 0;
+                // Per result dim: the lhs and rhs dims it comes from.
+                let mut src: Vec<(Option<usize>, Option<usize>)> = vec![];
                 for (&x, &y) in lhs_batch.iter().zip(rhs_batch) {
-                    lw[x] = o[pos].clone();
-                    rw[y] = o[pos].clone();
-                    pos += 1;
+                    src.push((Some(x), Some(y)));
                 }
-                for d in (0..lg.ndim()).filter(|d| !lhs_contracting.contains(d) && !lhs_batch.contains(d)) {
-                    lw[d] = o[pos].clone();
-                    pos += 1;
+                src.extend((0..lg.ndim()).filter(|d| !lhs_contracting.contains(d) && !lhs_batch.contains(d)).map(|d| (Some(d), None)));
+                src.extend((0..rg.ndim()).filter(|d| !rhs_contracting.contains(d) && !rhs_batch.contains(d)).map(|d| (None, Some(d))));
+                for (k, (x, y)) in src.iter().enumerate() {
+                    if let Some(x) = x {
+                        lw[*x] = o[k].clone();
+                    }
+                    if let Some(y) = y {
+                        rw[*y] = o[k].clone();
+                    }
                 }
-                for d in (0..rg.ndim()).filter(|d| !rhs_contracting.contains(d) && !rhs_batch.contains(d)) {
-                    rw[d] = o[pos].clone();
-                    pos += 1;
-                }
+                // The local product's layout: `o`, except a result dim split over the same
+                // axes as a contraction, which is whole locally and reduce-scattered to `o`
+                // (JAX's reduce-scatter for `out_sharding` splitting a free dim over the
+                // contracted axes), not all-gathered and resplit.
+                let mut local = o.clone();
                 let mut used: Vec<String> = o.iter().flatten().cloned().collect();
                 let mut contract: Vec<String> = vec![];
                 for (&x, &y) in lhs_contracting.iter().zip(rhs_contracting) {
-                    if !l.is_empty() && !r.is_empty() && l[x] == r[y] && !l[x].is_empty() && !l[x].iter().any(|a| used.contains(a)) {
+                    if l.is_empty() || r.is_empty() || l[x] != r[y] || l[x].is_empty() || !contract.is_empty() {
+                        continue;
+                    }
+                    let scatter = (0..o.len()).find(|&k| local[k] == l[x] && src[k].0.is_none_or(|d| l[d].is_empty()) && src[k].1.is_none_or(|d| r[d].is_empty()));
+                    if let Some(k) = scatter {
+                        local[k] = vec![];
+                        if let Some(d) = src[k].0 {
+                            lw[d] = vec![];
+                        }
+                        if let Some(d) = src[k].1 {
+                            rw[d] = vec![];
+                        }
+                        used.retain(|a| !l[x].contains(a));
+                    }
+                    if !l[x].iter().any(|a| used.contains(a)) {
                         lw[x] = l[x].clone();
                         rw[y] = r[y].clone();
                         contract.extend(l[x].iter().cloned());
                         used.extend(l[x].iter().cloned());
+                    } else if let Some(k) = scatter {
+                        // (Not taken: restore the split result dim.)
+                        local[k] = o[k].clone();
+                        if let Some(d) = src[k].0 {
+                            lw[d] = o[k].clone();
+                        }
+                        if let Some(d) = src[k].1 {
+                            rw[d] = o[k].clone();
+                        }
                     }
                 }
+                let o = local;
                 match (b.block(&lg, &lw), b.block(&rg, &rw), b.block(og, &o)) {
                     (Some(_), Some(_), Some(out)) => {
                         let x = b.operand(&e.inputs[0], &mut vals, &lw)?;

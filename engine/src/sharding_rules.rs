@@ -15,7 +15,9 @@
 //!   replicated along those axes (`float32[8@X,4@Y]`.sum(0) → `float32[4@Y]`);
 //! * `dot_general`: batch dims from the operands' batch dims, then lhs and rhs free dims;
 //!   contracting dims sharded differently, or sharded at all without an `out_sharding`,
-//!   are JAX's errors;
+//!   are JAX's errors; with an `out_sharding` parameter the result has that layout;
+//! * loops: carries keep their initial values' layout; a body giving one back with another
+//!   layout over `Explicit` axes is JAX's carry type error;
 //! * any result that uses one mesh axis twice is JAX's `… produces an illegally sharded
 //!   result` error;
 //! * nested jaxprs (`pjit`, custom-derivative calls, `checkpoint`) are propagated through;
@@ -206,8 +208,14 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
             let res: Dims = ins[0].iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, e)| e.clone()).collect();
             Ok(vec![res])
         }
-        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, .. } => {
+        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, out_sharding, .. } => {
             let (l, r) = (&ins[0], &ins[1]);
+            // The out sharding given (on this mesh): the result's layout, contracting dims
+            // sharded alike allowed (their partial products are combined to it).
+            let given = out_sharding
+                .as_ref()
+                .filter(|s| s.0.len() <= out_avals[0].ndim() && s.0.iter().flat_map(|e| e.0.iter()).all(|a| mesh.axis_size(a).is_some()))
+                .map(|s| dims_of(s, out_avals[0].ndim()));
             let lc: Vec<&Vec<String>> = lhs_contracting.iter().map(|&d| &l[d]).collect();
             let rc: Vec<&Vec<String>> = rhs_contracting.iter().map(|&d| &r[d]).collect();
             let involved = lc.iter().chain(rc.iter()).flat_map(|e| e.iter());
@@ -219,6 +227,9 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
                     tuple_text(&lc),
                     tuple_text(&rc)
                 )));
+            }
+            if let Some(d) = given {
+                return Ok(vec![check_unique(name, mesh, &pairs, &out_avals[0], d)?]);
             }
             if explicit && any_c && !out_sharding_override() {
                 return Err(sharding_error(format!(
@@ -267,6 +278,8 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
             let (nc, nk) = (*num_consts, *num_carry);
             let body_in: Vec<Dims> = ins.iter().enumerate().map(|(i, d)| if i < nc + nk { d.clone() } else { d.get(1..).unwrap_or(&[]).to_vec() }).collect();
             let outs = jaxpr_rule(jaxpr, mesh, &body_in)?;
+            let carry_avals: Vec<&ShapedArray> = jaxpr.invars.iter().skip(nc).take(nk).map(|v| &v.aval).collect();
+            check_carry("scan body", mesh, &carry_avals, &ins[nc..nc + nk], outs.get(..nk).unwrap_or(&[]))?;
             let mut res: Vec<Dims> = ins[nc..nc + nk].to_vec();
             res.extend(outs.into_iter().skip(nk).map(|d| std::iter::once(vec![]).chain(d).collect()));
             Ok(fit_outs(res, out_avals))
@@ -275,7 +288,9 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
             let (cc, bc) = (*cond_nconsts, *body_nconsts);
             let carry = &ins[cc + bc..];
             if body_jaxpr.invars.len() == ins.len() - cc {
-                jaxpr_rule(body_jaxpr, mesh, &ins[cc..])?;
+                let outs = jaxpr_rule(body_jaxpr, mesh, &ins[cc..])?;
+                let carry_avals: Vec<&ShapedArray> = body_jaxpr.invars.iter().skip(bc).map(|v| &v.aval).collect();
+                check_carry("while_loop body", mesh, &carry_avals, carry, &outs)?;
             }
             let cond_in: Vec<Dims> = ins[..cc].iter().chain(carry).cloned().collect();
             if cond_jaxpr.invars.len() == cond_in.len() {
@@ -303,6 +318,40 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
             }
         }
     }
+}
+
+/// JAX's check that a loop body gives back its carries with the shardings they came in
+/// with (a carry's type is fixed by its initial value): a carry whose layout over
+/// `Explicit` axes differs between `ins` (the carries' initial layouts) and `outs` (the
+/// body's results), e.g. an unsharded `float32[16]` init that the body combines with a
+/// `float32[16@x]` operand, is JAX's `TypeError` text, as a ShardingTypeError. Differences
+/// over `Auto` axes are no error: the result keeps the initial value's layout.
+fn check_carry(name: &str, mesh: &Mesh, avals: &[&ShapedArray], ins: &[Dims], outs: &[Dims]) -> Result<()> {
+    let explicit = |d: &Dims| -> Dims { d.iter().map(|e| e.iter().filter(|a| all_explicit(mesh, std::iter::once(*a))).cloned().collect()).collect() };
+    let long = |a: &ShapedArray, d: &Dims| format!("{}{}", a.dtype.name(), &short_type(a, d)[a.dtype.short_name().len()..]);
+    let diffs: Vec<String> = avals
+        .iter()
+        .zip(ins.iter().zip(outs))
+        .enumerate()
+        .filter(|(_, (a, (i, o)))| i.len() == a.ndim() && o.len() == a.ndim() && explicit(i) != explicit(o))
+        .map(|(k, (a, (i, o)))| {
+            format!("the input carry component carry[{k}] has type {} but the corresponding output carry component has type {}, so the shardings do not match", long(a, &explicit(i)), long(a, &explicit(o)))
+        })
+        .collect();
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    let differences = if diffs.len() == 1 {
+        let mut c = diffs[0].chars();
+        let first = c.next().map(|f| f.to_uppercase().collect::<String>()).unwrap_or_default();
+        format!("{first}{}.\n", c.as_str())
+    } else {
+        let n = diffs.len();
+        diffs.iter().enumerate().map(|(k, d)| if k + 1 < n { format!("  * {d};\n") } else { format!("  * {d}.\n") }).collect::<Vec<_>>().join("\n")
+    };
+    Err(sharding_error(format!(
+        "{name} function carry input and carry output must have equal types (e.g. shapes and dtypes of arrays), but they differ:\n\n{differences}\nRevise the function so that all output types (e.g. shapes and dtypes) match the corresponding input types: give the initial carry the sharding the body gives back (`reshard(init, P(..))` before the loop), or reshard the body's result to the carry's (`reshard(out, P(..))` at the end of the body)."
+    )))
 }
 
 /// `res` as one layout per result of `out_avals`: a layout of the wrong rank (or a count
@@ -401,6 +450,13 @@ pub(crate) fn jaxpr_rule(jaxpr: &Jaxpr, mesh: &Mesh, ins: &[Dims]) -> Result<Vec
 
 thread_local! {
     static OUT_SHARDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The `out_sharding` the contraction being bound gets as its parameter.
+    static DOT_OUT_SHARDING: std::cell::RefCell<Option<PartitionSpec>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The `out_sharding` parameter for a `dot_general` bound now (set by `dot_out_sharding`).
+pub(crate) fn dot_out_sharding_in_scope() -> Option<PartitionSpec> {
+    DOT_OUT_SHARDING.with(|c| c.borrow().clone())
 }
 
 /// Whether an `out_sharding` was given for the contraction being bound (set by
@@ -456,21 +512,36 @@ pub fn reshard(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
     with_sharding_constraint(x, target)
 }
 
-/// `jnp.dot(a, b, out_sharding=spec)` on concrete arrays: the product, laid out as
-/// `out_sharding` on the operands' mesh (the mesh set by `set_mesh` when neither operand
-/// is sharded). This is how a contraction over sharded dims says where its result goes:
-/// without it, JAX's `Contracting dimensions are sharded and it is ambiguous …` error.
-/// Errors: shape errors of `dot`; as `device_put` for the spec.
+/// `jnp.dot(a, b, out_sharding=spec)`: the product, laid out as `out_sharding`. This is
+/// how a contraction over sharded dims says where its result goes: without it, JAX's
+/// `Contracting dimensions are sharded and it is ambiguous …` error. On concrete arrays
+/// the result is on the operands' mesh (the mesh set by `set_mesh` when neither operand
+/// is sharded). Under `jit` the spec is the `dot_general`'s `out_sharding` parameter
+/// (shown in the jaxpr), resolved on the mesh of the call's sharded arguments: the
+/// jaxpr's result type is `f32[8@X,4]` for `P('X', None)`, and the partitioner combines
+/// each device's partial product with an all-reduce (`psum`) or, when the spec splits a
+/// free dim over the contracted axes, a `reduce_scatter`.
+/// Errors: shape errors of `dot`; as `device_put` for the spec; under `jit`, a spec
+/// longer than the result's rank (`ValueError`).
 pub fn dot_out_sharding(a: &Array, b: &Array, out_sharding: PartitionSpec) -> Result<Array> {
+    // The contraction carries its out sharding as a parameter (JAX's `dot_general[..
+    // out_sharding=P(..)]`): under `jit` the propagation (on the mesh of the call's
+    // arguments), the jaxpr's types and the partitioner use it.
+    let prev = DOT_OUT_SHARDING.with(|c| c.replace(Some(out_sharding.clone())));
+    let out = with_out_sharding(|| crate::numpy::dot(a, b));
+    DOT_OUT_SHARDING.with(|c| *c.borrow_mut() = prev);
+    let out = out?;
+    if out.is_tracer() {
+        if out_sharding.0.len() > out.ndim() {
+            return Err(Error::value_error(format!("dot_out_sharding: out_sharding {out_sharding:?} has more entries than the result's rank {}", out.ndim())));
+        }
+        return Ok(out);
+    }
     let mesh = [a, b]
         .iter()
         .find_map(|x| x.sharding().ok().and_then(|s| s.mesh().cloned()))
         .or_else(crate::sharding::get_mesh)
         .ok_or_else(|| Error::value_error("dot_out_sharding needs sharded operands or a mesh set with set_mesh"))?;
-    let out = with_out_sharding(|| crate::numpy::dot(a, b))?;
-    if out.is_tracer() {
-        return Ok(out);
-    }
     crate::sharding::device_put(&out, crate::sharding::NamedSharding::new(&mesh, out_sharding)?)
 }
 
@@ -539,6 +610,10 @@ pub(crate) struct Annotations {
     mesh: Mesh,
     ins: Vec<Dims>,
     outs: Vec<Dims>,
+    /// No argument is on the mesh (only `out_shardings` names it): the arguments get no
+    /// `sdy.sharding` (JAX leaves an unspecified input sharding off), and the call is not
+    /// partitioned (it runs on one device; its results are then laid out as asked).
+    bare_ins: bool,
 }
 
 impl Annotations {
@@ -550,6 +625,56 @@ impl Annotations {
     pub(crate) fn ins(&self) -> &[Dims] {
         &self.ins
     }
+    /// Whether only `out_shardings` put the call on the mesh (no argument is on it).
+    pub(crate) fn bare_ins(&self) -> bool {
+        self.bare_ins
+    }
+}
+
+/// The mesh and layout an `out_shardings` target gives a result of rank `ndim`: a
+/// `NamedSharding` (any memory kind), or a bare `PartitionSpec` on the mesh `set_mesh` set.
+fn target_dims(t: &PutTarget, ndim: usize) -> Option<(Mesh, Dims)> {
+    let (mesh, spec) = match t {
+        PutTarget::Sharding(Sharding::Named(ns)) => (ns.mesh.clone(), ns.spec.clone()),
+        PutTarget::Spec(s) => (crate::sharding::get_mesh()?, s.clone()),
+        _ => return None,
+    };
+    (spec.0.len() <= ndim).then(|| (mesh, dims_of(&spec, ndim)))
+}
+
+/// `a` (the annotations from the arguments, if any) with the results laid out as a jitted
+/// function's `out_shardings` (`targets`, one per result or one for all) asks, as JAX
+/// lowers them: a result whose target is a `NamedSharding` on the annotated mesh gets that
+/// target's `sdy.sharding`. Without argument annotations, the first named target's mesh
+/// annotates the module (`mhlo.num_partitions`, `sdy.mesh`, results' `sdy.sharding`; the
+/// arguments get none: `bare_ins`) when it has more than one device; results without a
+/// named target there are replicated.
+pub(crate) fn with_out_shardings(a: Option<Annotations>, jaxpr: &crate::ir::ClosedJaxpr, targets: Option<&Vec<PutTarget>>) -> Option<Annotations> {
+    let Some(t) = targets.filter(|t| !t.is_empty()) else { return a };
+    let avals = jaxpr.jaxpr.out_avals();
+    let target = |i: usize| t.get(i).or(if t.len() == 1 { t.first() } else { None });
+    let mut a = match a {
+        Some(a) => a,
+        None => {
+            // (A one-device mesh lowers as a single-device program: no Shardy annotations,
+            // as JAX's `{jax.result_info = "result", mhlo.memory_kind = "pinned_host"}`.)
+            let mesh = (0..avals.len()).find_map(|i| target(i).and_then(|x| target_dims(x, avals[i].ndim())).map(|(m, _)| m)).filter(|m| m.size() > 1)?;
+            Annotations {
+                mesh,
+                ins: jaxpr.jaxpr.invars.iter().map(|v| vec![vec![]; v.aval.ndim()]).collect(),
+                outs: avals.iter().map(|a| vec![vec![]; a.ndim()]).collect(),
+                bare_ins: true,
+            }
+        }
+    };
+    for (i, av) in avals.iter().enumerate() {
+        if let Some((m, d)) = target(i).and_then(|x| target_dims(x, av.ndim())) {
+            if m == a.mesh && i < a.outs.len() {
+                a.outs[i] = d;
+            }
+        }
+    }
+    Some(a)
 }
 
 /// Annotations for a call of `jaxpr` on `leaves` (`None` for a leaf that is not a
@@ -573,7 +698,7 @@ pub(crate) fn annotations(jaxpr: &crate::ir::ClosedJaxpr, leaves: &[Option<Arc<c
         })
         .collect();
     let outs = jaxpr_rule(&jaxpr.jaxpr, &mesh, &ins).ok()?;
-    Some(Annotations { mesh, ins, outs })
+    Some(Annotations { mesh, ins, outs, bare_ins: false })
 }
 
 /// The mesh of the first `shard_map` equation of `j` (top level), if any.
@@ -691,7 +816,7 @@ pub(crate) fn annotate_text(text: &str, a: &Annotations) -> String {
                 let key = format!("%arg{i}: ");
                 let Some(p) = line[from..].find(&key).map(|p| from + p + key.len()) else { break };
                 let end = type_end(&line, p);
-                from = if i >= first { add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(&sym, &a.ins[i - first]))) } else { end };
+                from = if i >= first && !a.bare_ins { add_attr(&mut line, end, &format!("sdy.sharding = {}", sdy(&sym, &a.ins[i - first]))) } else { end };
             }
             if let Some(r) = line[from..].find(") -> (").map(|p| from + p + ") -> (".len()) {
                 let mut pos = r;

@@ -453,3 +453,42 @@ fn lower_magic_of_a_partitioned_call_shows_the_shardings() {
     let plain = jax::magic::lower(|| mm.call((&a, &w))).unwrap().to_string();
     assert!(!plain.contains("sdy.sharding"), "{plain}");
 }
+
+/// `with_sharding_constraint` changing a layout inside `jit` costs one collective: from
+/// P('i', None) to replicated one `all_gather`; from P('i', None) to P(None, 'i') one
+/// `all_to_all` (no all_gather); also when the constrained value is used by several
+/// equations and is a result. On a (4,2) mesh, P('X', 'Y') to replicated (or to
+/// P('Y', 'X')) gathers both dims with one `all_gather` over ('X', 'Y') (then local
+/// reshapes, a transpose and, for P('Y', 'X'), slices), not one all_gather per dim.
+/// Values equal the unsharded call, results keep the layout the constraint gives.
+#[test]
+fn a_layout_changing_sharding_constraint_is_one_collective() {
+    eight_cpu_devices();
+    let mesh = mesh8();
+    let m2 = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let (x, _) = host_array(&[16, 8], 47);
+    let count = |text: &str, what: &str| text.lines().filter(|l| l.starts_with("//   ") && l.contains(what)).count();
+    for (m, from, spec, ty, gathers, to_alls) in [
+        (&mesh, P!("i", None), P!(), "float32[16,8]", 1, 0),
+        (&mesh, P!("i", None), P!(None, "i"), "float32[16,8@i]", 0, 1),
+        (&m2, P!("X", "Y"), P!(), "float32[16,8]", 1, 0),
+        (&m2, P!("X", "Y"), P!("Y", "X"), "float32[16@Y,8@X]", 1, 0),
+        (&m2, P!("X", None), P!(None, "X"), "float32[16,8@X]", 0, 1),
+    ] {
+        let px = put(&x, m, from);
+        let s = NamedSharding::new(m, spec).unwrap();
+        let f = jit(move |x: Array| -> Result<(Array, Array)> {
+            let y = with_sharding_constraint(&(x * 2.0), s.clone())?;
+            Ok((y.sin() + &y.cos(), y.exp()))
+        });
+        let (a, b) = f.call(&px).unwrap();
+        let (wa, wb) = f.call(&x).unwrap();
+        close(&a, &wa);
+        close(&b, &wb);
+        assert_eq!(typeof_(&a).to_string(), ty);
+        assert_eq!(typeof_(&b).to_string(), ty);
+        shards_hold_blocks(&a, &wa);
+        let text = f.lower(&px).unwrap().compile().unwrap().as_text();
+        assert_eq!((count(&text, "all_gather["), count(&text, "all_to_all[")), (gathers, to_alls), "{ty}:\n{text}");
+    }
+}

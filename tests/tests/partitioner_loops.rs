@@ -27,9 +27,9 @@ fn control_notes(text: &str) -> Vec<String> {
     }).collect()
 }
 
-/// `scan` over xs f32[6,16] split along dim 1 with a carry f32[16] starting whole: the
-/// carry takes the split layout, the body runs per device; carry and ys equal the
-/// unsharded call bitwise (elementwise only) and keep the split.
+/// `scan` over xs f32[6,16] split along dim 1 with a carry f32[16] split alike: the body
+/// runs per device; carry and ys equal the unsharded call bitwise (elementwise only) and
+/// keep the split. (A carry starting whole is `carry_sharding_is_fixed_by_its_initial_value`.)
 #[test]
 fn scan_over_xs_split_along_a_non_scanned_dim_runs_per_device() {
     eight_cpu_devices();
@@ -41,7 +41,7 @@ fn scan_over_xs_split_along_a_non_scanned_dim_runs_per_device() {
             Ok((c2.clone(), &c2 * 2.0))
         }, c, xs, None, false, 1)
     });
-    let c0 = jnp::zeros(&[16], DType::F32);
+    let c0 = put(&jnp::zeros(&[16], DType::F32), &mesh, P!("i"));
     let pxs = put(&xs, &mesh, P!(None, "i"));
     let before = jax::sharding::partitioned_calls();
     let (c, ys) = f.call((&c0, &pxs)).unwrap();
@@ -228,4 +228,92 @@ fn nested_loops_and_conds_with_local_bodies_run_per_device() {
     });
     assert_close_f32(&g.call(&px).unwrap(), &g.call(&x).unwrap(), 1e-6);
     assert_eq!(control_notes(&plan_text(&g, &px)), vec!["scan: runs per device (its body is shard-local on blocks); 1 all-reduce inside its body, per iteration".to_string()]);
+}
+
+/// A loop carry whose initial value is whole but whose body combines it with a split
+/// operand (and the reverse: a split initial value the body gives back whole). In JAX a
+/// carry's type is fixed by its initial value: under `Explicit` axes the body's differing
+/// result sharding is a type error (JAX's carry-mismatch text, naming the loop's line);
+/// under `Auto` axes the loop still runs per device and the result comes back with the
+/// initial value's sharding, which the jaxpr's type, `typeof`, `sharding()` and
+/// `visualize_array_sharding` all show; values equal the unsharded call.
+#[test]
+fn carry_sharding_is_fixed_by_its_initial_value() {
+    eight_cpu_devices();
+    let (xs, _) = host_array(&[6, 16], 42);
+    let (w, _) = host_array(&[16], 43);
+    let c0 = jnp::zeros(&[16], DType::F32);
+    let scan = jit(|(c, xs): (Array, Array)| -> Result<(Array, Array)> {
+        lax::scan(|(c, x): (Array, Array)| -> Result<(Array, Array)> {
+            let c2 = &c * 0.5 + x.tanh();
+            Ok((c2.clone(), &c2 * 2.0))
+        }, c, xs, None, false, 1)
+    });
+    let scan_line = line!() - 5;
+    let fori = jit(|(c, w): (Array, Array)| -> Result<Array> {
+        lax::fori_loop(0, 3, move |(_, h): (Array, Array)| -> Result<Array> { Ok((&h + &w).sin()) }, c)
+    });
+    let whl = jit(|(c, w): (Array, Array)| -> Result<Array> {
+        let (_, y) = lax::while_loop(
+            |(i, _): (Array, Array)| i.lt(3),
+            |(i, y): (Array, Array)| -> Result<(Array, Array)> { Ok((i + 1, (&y * &w).cos())) },
+            (jnp::zeros(&[], DType::I32), c),
+        )?;
+        Ok(y)
+    });
+    // Explicit axes: JAX's carry type error.
+    let mesh = mesh8();
+    let (pxs, pw) = (put(&xs, &mesh, P!(None, "i")), put(&w, &mesh, P!("i")));
+    let e = scan.call((&c0, &pxs)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::ShardingType, "{e}");
+    assert!(e.message.starts_with(
+        "scan body function carry input and carry output must have equal types (e.g. shapes and dtypes of arrays), but they differ:\n\nThe input carry component carry[0] has type float32[16] but the corresponding output carry component has type float32[16@i], so the shardings do not match.\n\nRevise the function so that"
+    ), "{}", e.message);
+    let loc = e.location.as_ref().expect("the loop's line");
+    assert!(loc.file.ends_with("partitioner_loops.rs") && loc.line == scan_line, "{loc:?}");
+    let e = fori.call((&c0, &pw)).unwrap_err();
+    assert!(e.kind == ErrorKind::ShardingType && e.message.starts_with("scan body function carry input") && e.message.contains("carry[1] has type float32[16] but the corresponding output carry component has type float32[16@i]"), "{e}");
+    let e = whl.call((&c0, &pw)).unwrap_err();
+    assert!(e.kind == ErrorKind::ShardingType && e.message.starts_with("while_loop body function carry input") && e.message.contains("carry[1] has type float32[16] but"), "{e}");
+    // The reverse: a split initial value the body gives back whole (a broadcast of its sum).
+    let back = jit(|c: Array| -> Result<Array> {
+        lax::fori_loop(0, 2, |(_, h): (Array, Array)| -> Result<Array> { jnp::broadcast_to(&(h.sum() * 0.1), &[16]) }, c)
+    });
+    let pc = put(&w, &mesh, P!("i"));
+    let e = back.call(&pc).unwrap_err();
+    assert!(e.kind == ErrorKind::ShardingType && e.message.contains("has type float32[16@i] but the corresponding output carry component has type float32[16]"), "{e}");
+    // Resharding the initial value as the body gives it back: runs, sharded as its init.
+    let pc0 = put(&c0, &mesh, P!("i"));
+    let (c, ys) = scan.call((&pc0, &pxs)).unwrap();
+    let (wc, wys) = scan.call((&c0, &xs)).unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap(), wc.to_vec::<f32>().unwrap());
+    assert_eq!(ys.to_vec::<f32>().unwrap(), wys.to_vec::<f32>().unwrap());
+    assert_eq!(typeof_(&c).to_string(), "float32[16@i]");
+
+    // Auto axes: runs (per device), results with the initial value's sharding.
+    let auto = make_mesh(&[8], &["i"], Some(&[AxisType::Auto])).unwrap();
+    let (axs, aw) = (put(&xs, &auto, P!(None, "i")), put(&w, &auto, P!("i")));
+    let replicated = put(&c0, &auto, P!());
+    let split = put(&w, &auto, P!("i"));
+    let check = |y: &Array, want: &Array, like: &Array, spec: &str, jaxpr: &str| {
+        assert_close_f32(y, want, 1e-6);
+        assert_eq!(format!("{:?}", y.sharding().unwrap().spec()), spec);
+        assert_eq!(typeof_(y).to_string(), typeof_(like).to_string());
+        assert_eq!(debug::visualize_array_sharding(y).unwrap().to_string(), debug::visualize_array_sharding(like).unwrap().to_string());
+        assert!(jaxpr.contains("f32[16]"), "{jaxpr}");
+    };
+    let before = jax::sharding::partitioned_calls();
+    let (c, ys) = scan.call((&c0, &axs)).unwrap();
+    assert!(jax::sharding::partitioned_calls() > before);
+    check(&c, &wc, &replicated, "Some(P())", &scan.trace((&c0, &axs)).unwrap().jaxpr().to_string());
+    assert_eq!(ys.to_vec::<f32>().unwrap(), wys.to_vec::<f32>().unwrap());
+    assert_eq!(format!("{:?}", ys.sharding().unwrap().spec()), "Some(P(None, 'i'))");
+    assert_eq!(control_notes(&plan_text(&scan, (&c0, &axs))), vec!["scan: runs per device (its body is shard-local on blocks)".to_string()]);
+    let y = fori.call((&c0, &aw)).unwrap();
+    check(&y, &fori.call((&c0, &w)).unwrap(), &replicated, "Some(P())", &fori.trace((&c0, &aw)).unwrap().jaxpr().to_string());
+    let y = whl.call((&c0, &aw)).unwrap();
+    check(&y, &whl.call((&c0, &w)).unwrap(), &replicated, "Some(P())", &whl.trace((&c0, &aw)).unwrap().jaxpr().to_string());
+    let apc = put(&w, &auto, P!("i"));
+    let y = back.call(&apc).unwrap();
+    check(&y, &back.call(&w).unwrap(), &split, "Some(P('i',))", &back.trace(&apc).unwrap().jaxpr().to_string());
 }

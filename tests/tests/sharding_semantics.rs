@@ -277,3 +277,107 @@ fn visualize_array_sharding_inside_a_shard_map_body_draws_the_local_blocks() {
     assert!(e.message.contains("inspect_array_sharding"), "{e}");
 }
 
+
+/// `jit(f, out_shardings=NamedSharding(mesh, P('x')))` on an *unsharded* argument: the
+/// lowered text is on the out sharding's mesh (`mhlo.num_partitions = 8`, `sdy.mesh`), the
+/// result has its `sdy.sharding` (after its memory kind, when it has one) and the argument
+/// none (an unspecified input sharding, as JAX lowers it); the call gives the out sharding
+/// with the single-device values; `%lower` of the call shows the same. On a sharded
+/// argument, the result's `sdy.sharding` is the one `out_shardings` asks for, not the
+/// propagated one.
+#[test]
+fn an_out_sharding_on_an_unsharded_argument_lowers_on_its_mesh() {
+    eight_cpu_devices();
+    let _l = jaxrepl_tests::serial();
+    let mesh = mesh8();
+    let s_dev = NamedSharding::new(&mesh, P!("x")).unwrap();
+    let s_host = s_dev.with_memory_kind("pinned_host").unwrap();
+    let x = jnp::arange(16.0);
+    let w: Vec<f32> = (0..16).map(|i| (i as f32).sin() * 2.0).collect();
+    let close = |y: &Array| {
+        for (a, b) in y.to_vec::<f32>().unwrap().iter().zip(&w) {
+            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+        }
+    };
+    for (s, kind, result, ty) in [
+        (&s_dev, MemoryKind::Device, r#"-> (tensor<16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})"#, "float32[16@x]"),
+        (&s_host, MemoryKind::PinnedHost, r#"-> (tensor<16xf32> {mhlo.memory_kind = "pinned_host", sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})"#, "float32<host>[16@x]"),
+    ] {
+        let f = jit(|x: Array| x.sin() * 2.0).out_shardings(vec![s.clone()]);
+        let text = f.lower(&x).unwrap().as_text();
+        assert!(text.contains("mhlo.num_partitions = 8 : i32"), "{text}");
+        assert!(text.contains(r#"sdy.mesh @mesh = <["x"=8]>"#), "{text}");
+        assert!(text.contains(result), "{text}");
+        assert!(text.contains("@main(%arg0: tensor<16xf32>) -> ("), "{text}");
+        // `%lower` of the call shows the same.
+        let magic = jax::magic::lower(|| f.call(&x).unwrap()).unwrap().0;
+        assert!(magic.contains(result) && magic.contains(r#"sdy.mesh @mesh = <["x"=8]>"#), "{magic}");
+        let y = f.call(&x).unwrap();
+        close(&y);
+        assert_eq!(format!("{:?}", y.sharding().unwrap().spec()), "Some(P('x',))");
+        assert_eq!(y.sharding().unwrap().memory_kind(), kind);
+        assert_eq!(typeof_(&y).to_string(), ty);
+        let shards = y.addressable_shards().unwrap();
+        assert_eq!(shards.len(), 8);
+        assert!(shards.iter().all(|s| s.data.shape() == [2]));
+        // The compiled program is the single-device one (no partitioned plan to show).
+        assert!(!f.lower(&x).unwrap().compile().unwrap().as_text().contains("// jaxrepl: arguments sharded"));
+    }
+    // A one-device mesh lowers as a single-device program (JAX: `{jax.result_info = ..,
+    // mhlo.memory_kind = "pinned_host"}`, no Shardy annotations).
+    let one = Mesh::new(&devices()[1..2], &[1], &["x"], vec![AxisType::Auto]).unwrap();
+    let s1 = NamedSharding::new(&one, P!("x")).unwrap().with_memory_kind("pinned_host").unwrap();
+    let text = jit(|x: Array| x * 0.5).out_shardings(vec![s1]).lower(&x).unwrap().as_text();
+    assert!(text.contains(r#"-> (tensor<16xf32> {mhlo.memory_kind = "pinned_host"})"#) && !text.contains("sdy."), "{text}");
+    // A sharded argument with a replicated out sharding: the result's annotation is P().
+    let px = put(&x, &mesh, P!("x"));
+    let g = jit(|x: Array| x.sin() * 2.0).out_shardings(vec![NamedSharding::new(&mesh, P!()).unwrap()]);
+    let text = g.lower(&px).unwrap().as_text();
+    let want = r#"@main(%arg0: tensor<16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> (tensor<16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>})"#;
+    assert!(text.contains(want), "{text}");
+    let magic = jax::magic::lower(|| g.call(&px).unwrap()).unwrap().0;
+    assert!(magic.contains(want), "{magic}");
+    let y = g.call(&px).unwrap();
+    close(&y);
+    assert_eq!(format!("{:?}", y.sharding().unwrap().spec()), "Some(P())");
+}
+
+/// `dot_out_sharding` (JAX's `jnp.dot(a, b, out_sharding=P(..))`) under `jit`, on a (4,2)
+/// mesh: `a` f32[8,16] P('X','Y') times `b` f32[16,4] P('Y', None) contracts a dim split
+/// over 'Y' on both. The out sharding is the `dot_general`'s parameter: the jaxpr shows it
+/// and types the result as it says (`f32[8@X,4]`; `P('X','Y')` gives `f32[8@X,4@Y]`); the
+/// call runs partitioned, each device's partial product all-reduced over 'Y' (`psum`), or
+/// reduce-scattered when the out sharding splits a free dim over 'Y'; no all-gather.
+/// Values equal the unsharded product; the eager call gives the same sharding.
+#[test]
+fn dot_out_sharding_under_jit_types_and_partitions_as_asked() {
+    eight_cpu_devices();
+    let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let (a, _) = host_array(&[8, 16], 45);
+    let (b, _) = host_array(&[16, 4], 46);
+    let (pa, pb) = (put(&a, &mesh, P!("X", "Y")), put(&b, &mesh, P!("Y", None)));
+    let want = a.matmul(&b);
+    for (spec, ty, coll, jspec) in [
+        (P!("X", None), "float32[8@X,4]", "psum[axes=('Y',)", "out_sharding=P('X', None)"),
+        (P!("X", "Y"), "float32[8@X,4@Y]", "reduce_scatter[", "out_sharding=P('X', 'Y')"),
+    ] {
+        let s2 = spec.clone();
+        let f = jit(move |(a, b): (Array, Array)| dot_out_sharding(&a, &b, s2.clone()));
+        let before = jax::sharding::partitioned_calls();
+        let c = f.call((&pa, &pb)).unwrap();
+        assert!(jax::sharding::partitioned_calls() > before, "{ty} runs partitioned");
+        assert_close_f32(&c, &want, 1e-5);
+        assert_eq!(typeof_(&c).to_string(), ty);
+        let jaxpr = f.trace((&pa, &pb)).unwrap().jaxpr().to_string();
+        assert!(jaxpr.contains(jspec), "{jaxpr}");
+        assert_eq!(format!("float32{}", out_type(&jaxpr).trim_start_matches("f32")), ty, "{jaxpr}");
+        let text = f.lower((&pa, &pb)).unwrap().compile().unwrap().as_text();
+        assert!(text.contains(coll) && !text.contains("all_gather[") && !text.contains("all_to_all["), "{ty}:\n{text}");
+        let eager = dot_out_sharding(&pa, &pb, spec).unwrap();
+        assert_eq!(typeof_(&eager).to_string(), ty);
+        assert_close_f32(&eager, &want, 1e-5);
+    }
+    // Without an out sharding the contraction stays JAX's ambiguity error under `jit`.
+    let g = jit(|(a, b): (Array, Array)| jnp::dot(&a, &b));
+    assert_eq!(g.call((&pa, &pb)).unwrap_err().kind, ErrorKind::ShardingType);
+}

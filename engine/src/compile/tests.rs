@@ -255,6 +255,7 @@ fn cost_analysis_matches_jax() {
         rhs_batch: vec![],
         precision: None,
         preferred_element_type: None,
+        out_sharding: None,
     };
     let o = b.op(dot, &[l, r], &[128, 64], DType::F32);
     let c = cost_analysis(&b.finish(&[o]).jaxpr);

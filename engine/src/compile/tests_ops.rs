@@ -431,6 +431,7 @@ fn dot(lc: &[usize], rc: &[usize], lb: &[usize], rb: &[usize]) -> Primitive {
         rhs_batch: rb.to_vec(),
         precision: None,
         preferred_element_type: None,
+        out_sharding: None,
     }
 }
 

@@ -228,6 +228,11 @@ pub enum Primitive {
         /// `None`: the default (`jax_default_matmul_precision` when lowered)
         precision: Option<super::precision::DotPrecision>,
         preferred_element_type: Option<DType>,
+        /// JAX's `out_sharding` (`jnp.dot(.., out_sharding=P(..))`): the result's sharding
+        /// on the mesh of the call's arguments, which also allows contracting dims sharded
+        /// alike on both operands (the partial products are all-reduced or
+        /// reduce-scattered to it). `None`: the propagated sharding.
+        out_sharding: Option<crate::sharding::PartitionSpec>,
     },
     // -- transformations --
     /// identity whose cotangent and tangent are zero (`jax.lax.stop_gradient`)

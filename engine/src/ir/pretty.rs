@@ -115,7 +115,8 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
         ReduceSum { axes } | ReduceMax { axes } | ReduceMin { axes } => {
             vec![("axes".into(), py_tuple(axes)), ("out_sharding".into(), "None".into())]
         }
-        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type } => vec![
+        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type, out_sharding } => {
+            let mut params = vec![
             (
                 "dimension_numbers".into(),
                 format!(
@@ -131,7 +132,13 @@ pub fn params(p: &Primitive) -> Vec<(String, String)> {
                 "preferred_element_type".into(),
                 preferred_element_type.map(|d| d.name().to_string()).unwrap_or("None".into()),
             ),
-        ],
+            ];
+            // Shown only when given (`jnp.dot(.., out_sharding=P(..))`), after the dimension numbers as JAX orders it.
+            if let Some(s) = out_sharding {
+                params.insert(1, ("out_sharding".into(), format!("{s:?}")));
+            }
+            params
+        }
         DebugCallback { fmt, .. } => vec![
             ("callback".into(), if fmt.is_empty() { "<debug callback>".to_string() } else { format!("<debug print {fmt:?}>") }),
             ("effect".into(), "Debug".into()),

@@ -219,6 +219,7 @@ pub fn dot_general_with(
             rhs_batch: batch.1.to_vec(),
             precision,
             preferred_element_type: Some(preferred_element_type.unwrap_or(dtype)),
+            out_sharding: crate::sharding_rules::dot_out_sharding_in_scope(),
         },
         vec![Operand::Array(x), Operand::Array(y)],
     )

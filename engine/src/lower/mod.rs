@@ -416,7 +416,7 @@ fn fold_dot_transposes(j: &Jaxpr) -> Option<Vec<Eqn>> {
     let mut drop = vec![false; eqns.len()];
     for (d, t) in folds {
         let dot = &j.eqns[d];
-        if let Primitive::DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type } = &dot.primitive {
+        if let Primitive::DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type, .. } = &dot.primitive {
             eqns[d] = Eqn {
                 primitive: Primitive::DotGeneral {
                     lhs_contracting: rhs_contracting.clone(),
@@ -429,6 +429,8 @@ fn fold_dot_transposes(j: &Jaxpr) -> Option<Vec<Eqn>> {
                         other => other,
                     }),
                     preferred_element_type: *preferred_element_type,
+                    // Lowering computes the global value: shardings play no part here.
+                    out_sharding: None,
                 },
                 inputs: vec![dot.inputs[1].clone(), dot.inputs[0].clone()],
                 outputs: j.eqns[t].outputs.clone(),

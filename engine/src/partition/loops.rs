@@ -25,7 +25,9 @@
 //! chosen by a small fixpoint: the operands' own layouts first; same-shaped whole operands
 //! then take a split operand's layout (a local slice), and whole values a body broadcasts
 //! from whole ones are broadcast straight to the block where a split value needs them; a carry whose body result comes
-//! back laid out differently starts in that layout; a scan's `xs` split along the scanned
+//! back laid out differently starts in that layout (its result is then resharded to the
+//! propagated sharding, its initial value's, as JAX fixes a carry's type by its initial
+//! value); a scan's `xs` split along the scanned
 //! dim is all-gathered along it (its slices must be whole along it). 0-d values are then
 //! computed from whole values only, so all devices agree on trip counts and branches.
 //! When no layout is local the loop runs whole (operands all-gathered), and the plan's

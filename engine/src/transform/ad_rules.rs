@@ -249,6 +249,7 @@ fn dot_transpose_lhs(
             rhs_batch: yb.to_vec(),
             precision,
             preferred_element_type: Some(x.dtype),
+            out_sharding: None,
         },
         vec![arr(g), arr(y)],
     )?;

@@ -97,7 +97,7 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
         ReduceSum { axes } => one(lax::bind1(ReduceSum { axes: shift(axes) }, vec![arr(&ins[0].x)])?),
         ReduceMax { axes } => one(lax::bind1(ReduceMax { axes: shift(axes) }, vec![arr(&ins[0].x)])?),
         ReduceMin { axes } => one(lax::bind1(ReduceMin { axes: shift(axes) }, vec![arr(&ins[0].x)])?),
-        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type } => {
+        DotGeneral { lhs_contracting, rhs_contracting, lhs_batch, rhs_batch, precision, preferred_element_type, .. } => {
             let (l, r) = (&ins[0], &ins[1]);
             let pet = *preferred_element_type;
             match (l.batched, r.batched) {
@@ -113,6 +113,8 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
                         rhs_batch: rb,
                         precision: *precision,
                         preferred_element_type: pet,
+                        // (The batch dim moves the result's dims: the sharding is the propagated one.)
+                        out_sharding: None,
                     };
                     one(lax::bind1(p, vec![arr(&l.x), arr(&r.x)])?)
                 }
@@ -124,6 +126,8 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
                         rhs_batch: rhs_batch.clone(),
                         precision: *precision,
                         preferred_element_type: pet,
+                        // (The batch dim moves the result's dims: the sharding is the propagated one.)
+                        out_sharding: None,
                     };
                     let y = lax::bind1(p, vec![arr(&l.x), arr(&r.x)])?;
                     one(move_axis(&y, lhs_batch.len(), 0)?)
@@ -136,6 +140,8 @@ fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'st
                         rhs_batch: shift(rhs_batch),
                         precision: *precision,
                         preferred_element_type: pet,
+                        // (The batch dim moves the result's dims: the sharding is the propagated one.)
+                        out_sharding: None,
                     };
                     let y = lax::bind1(p, vec![arr(&l.x), arr(&r.x)])?;
                     let lhs_free = l.x.ndim() - lhs_contracting.len() - lhs_batch.len();

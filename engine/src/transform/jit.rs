@@ -655,6 +655,12 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         // a memory kind) are made there; outputs whose `out_shardings` is this device are
         // committed to it, so `place_outputs` has nothing to move.
         let place = if out_kinds.is_empty() { place } else { self.out_place_in_kinds(place, out_kinds) };
+        if crate::magic::capturing() && self.inner.shardings.outs.is_some() {
+            // `%lower` shows the results laid out as `out_shardings` asks (as `Jitted::lower`).
+            let leaves: Vec<Option<Arc<DeviceArray>>> = flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect();
+            let a = crate::sharding_rules::with_out_shardings(crate::sharding_rules::annotations(&entry.jaxpr, &leaves), &entry.jaxpr, self.inner.shardings.outs.as_ref());
+            crate::magic::note_lowered(a.zip(entry.compiled.get()).map(|(a, c)| crate::sharding_rules::annotate_text(&c.lowered.text, &a)));
+        }
         let outs = match (partitioned, art) {
             (Some(outs), _) => outs,
             (None, Some(art)) if entry.sync => match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
@@ -1004,6 +1010,8 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect();
             t.shardings = crate::sharding_rules::annotations(&entry.jaxpr, &leaves);
         }
+        // `out_shardings` lay the results out (also on a mesh no argument is on).
+        t.shardings = crate::sharding_rules::with_out_shardings(t.shardings.take(), &entry.jaxpr, self.inner.shardings.outs.as_ref());
         t.typed = typed_jaxpr(&entry.jaxpr, &flat);
         Ok(t)
     }

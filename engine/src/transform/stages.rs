@@ -216,7 +216,8 @@ impl<A: Pytree, R: Pytree> Lowered<A, R> {
             return self.compile_partitioned(self.f.resolved_opt_level()?);
         }
         let mut c = self.f.compile_entry(&self.entry)?;
-        c.shardings = self.shardings.clone();
+        // Only `out_shardings` on the mesh: the call runs on one device (no partitioned text).
+        c.shardings = self.shardings.clone().filter(|a| !a.bare_ins());
         Ok(c)
     }
     fn compile_partitioned(&self, opt_level: u8) -> Result<Compiled<A, R>> {
