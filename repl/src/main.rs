@@ -24,7 +24,8 @@ Environment:
   JAXREPL_TIMING=1         print timings of start-up and cells on stderr
   NO_COLOR                 no colours
 
-A file run exits with status 1 if a cell fails that is not tagged `raises-exception`;
+A file run exits with status 1 if a cell fails that is not tagged `raises-exception`
+(in a notebook, the cell tag; in a script, the separator line `// %% raises-exception`);
 input from a pipe (`printf 'let a = 1;' | jaxrepl`) runs every cell and exits with
 status 1 if any failed.
 ";

@@ -109,7 +109,12 @@ pub fn run_file(path: &Path, opts: SessionOptions) -> Result<bool> {
                 return Ok(false);
             }
             ExecStatus::Error => {
-                eprintln!("jaxrepl: cell {n} of {} failed (tag it `{RAISES_TAG}` if that is expected)", path.display());
+                let how = if path.extension().is_some_and(|e| e == "rs") {
+                    format!("start it with the line `// %% {RAISES_TAG}`")
+                } else {
+                    format!("tag it `{RAISES_TAG}`")
+                };
+                eprintln!("jaxrepl: cell {n} of {} failed ({how} if that is expected)", path.display());
                 return Ok(false);
             }
         }
