@@ -153,7 +153,6 @@ pub fn full<T: ScalarLike>(shape: &[usize], value: T, dtype: DType) -> Array {
 }
 
 #[track_caller]
-#[track_caller]
 fn full_in<T: ScalarLike>(fun: &str, shape: &[usize], value: T, dtype: DType) -> Array {
     let dtype = check_user_dtype_supported(dtype, fun);
     if is_tracing() {
