@@ -430,7 +430,8 @@ fn magic_line_start(cell: &str) -> Option<usize> {
     for line in cell.split_inclusive('\n') {
         let t = line.trim_start_matches([' ', '\t']);
         if first {
-            if line.trim().is_empty() {
+            // Blank and `//` comment lines may come before a magic on the cell's first lines.
+            if line.trim().is_empty() || t.starts_with("//") {
                 offset += line.len();
                 continue;
             }
@@ -441,7 +442,7 @@ fn magic_line_start(cell: &str) -> Option<usize> {
         } else if let Some(after) = t.strip_prefix('%')
             && after.trim_start_matches('%').starts_with(|c: char| c.is_ascii_alphabetic())
         {
-            let before = cell[..offset].trim_end();
+            let before = without_trailing_comments(&cell[..offset]);
             if (before.ends_with(';') || before.ends_with('}'))
                 && super::complete::is_complete(before) == super::Completeness::Complete
             {
@@ -451,6 +452,31 @@ fn magic_line_start(cell: &str) -> Option<usize> {
         offset += line.len();
     }
     None
+}
+
+/// `text` without its trailing blank and `//` comment lines, and without a `//` comment
+/// ending its last line when the Rust before that comment is complete (`let y = 1; // note`),
+/// so a magic may follow statements and comments (`let y = 1;\n// time it\n%timeit ..`).
+fn without_trailing_comments(text: &str) -> &str {
+    let mut head = text.trim_end();
+    loop {
+        let line_start = head.rfind('\n').map_or(0, |i| i + 1);
+        let line = &head[line_start..];
+        if line.trim_start().starts_with("//") {
+            head = head[..line_start].trim_end();
+            if head.is_empty() {
+                return head;
+            }
+            continue;
+        }
+        if let Some(i) = line.find("//") {
+            let code = head[..line_start + i].trim_end();
+            if super::complete::is_complete(code) == super::Completeness::Complete {
+                return code;
+            }
+        }
+        return head;
+    }
 }
 
 /// IPython's `%timeit`/`%time` options at the start of a magic's argument (`-n 10`,
@@ -568,6 +594,16 @@ mod tests {
             Rewrite::Code(c) => c.strip_suffix(".evcxr_display();").map(str::to_string).unwrap_or_else(|| panic!("no display statement: {c:?}")),
             other => panic!("expected code for {cell:?}, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_magic_may_follow_comment_lines() {
+        assert_eq!(code("// time it\n%jaxpr f.call(&x)"), "// time it\njax::magic::jaxpr(|| f.call(&x))");
+        assert_eq!(code("let y = 1;\n// a comment\n%jaxpr f.call(&y)"), "let y = 1;\n// a comment\njax::magic::jaxpr(|| f.call(&y))");
+        assert_eq!(code("let y = 1; // note\n%sharding y"), "let y = 1; // note\njax::magic::sharding(&(y))");
+        // A `//` inside a string does not end the statement before it.
+        assert_eq!(rewrite("let s = \"a // b\n%x"), Rewrite::NotMagic);
+        assert_eq!(rewrite("let y = 1 + // more\n%x"), Rewrite::NotMagic);
     }
 
     #[test]
