@@ -179,6 +179,8 @@ fn scan_length_and_cond_pred_are_checked_like_jax_at_the_users_line() {
     let pair_step = |(c, (a, b)): (Array, (Array, Array))| -> (Array, Array) { (&c + &a + &b, c) };
     let e = lax::scan(pair_step, Array::scalar(0.0f32), (jnp::arange(4.0), jnp::arange(5.0)), None, false, 1).unwrap_err();
     assert_eq!(e.message, "scan got values with different leading axis sizes: 4, 5.");
+    let e = lax::scan(step, Array::scalar(0.0f32), jnp::arange(4.0), None, false, 0).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: `unroll` must be a `bool` or a positive `int`.");
     // cond's predicate must be a scalar; the error names the caller's line.
     let e = lax::cond(&jnp::arange(3.0), |x: Array| x + 1.0, |x: Array| x - 1.0, Array::scalar(1.0f32)).unwrap_err();
     let line = line!() - 1;

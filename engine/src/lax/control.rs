@@ -272,6 +272,10 @@ pub fn scan<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
     reverse: bool,
     unroll: usize,
 ) -> Result<(C, Y)> {
+    if unroll == 0 {
+        // JAX's check (`unroll` is a bool or a positive int there; 1 is no unrolling).
+        return Err(Error::value_error("`unroll` must be a `bool` or a positive `int`.").here());
+    }
     let cflat = flat_of(&init);
     let xflat = flat_of(&xs);
     let xl = leaves(&xflat)?;
