@@ -68,6 +68,17 @@ impl Error {
     pub fn interrupted() -> Error {
         Error::new(ErrorKind::Interrupted, "interrupted by the user; the session's variables are kept")
     }
+    /// The interrupt of a wait for a computation already running on a device: compiled code
+    /// cannot be stopped part-way, so it runs to its end in the background (its result
+    /// fills the array it was computing, as JAX's asynchronous dispatch would).
+    pub fn interrupted_wait() -> Error {
+        Error::new(
+            ErrorKind::Interrupted,
+            "interrupted by the user while waiting for a computation; the session's variables are kept. \
+             The computation itself cannot be stopped part-way: it keeps running in the background until it ends \
+             (a CPU stays busy meanwhile)",
+        )
+    }
     /// Attaches the user's source location. An existing location is kept, unless it lies in
     /// the engine's own sources (a `bind` from engine code that is not `#[track_caller]`,
     /// such as an interpreter's loop) and `loc` does not: that location is never the user's

@@ -3,7 +3,8 @@
 //! Invariant: work is executed in submission order on one worker per device, so every
 //! input of a job was produced by an earlier job and is ready (or failed) when the job
 //! runs. Waiting for a value polls the interrupt flag, so Ctrl-C stops a wait with
-//! `Error::interrupted()` and leaves the array usable later.
+//! `Error::interrupted_wait()` and leaves the array usable later (the running computation cannot be
+//! stopped part-way: it ends in the background and fills the array).
 
 use super::buffer::Buffer;
 use super::interrupt;
@@ -173,7 +174,7 @@ impl DeviceArray {
                         return r;
                     }
                     if interrupt::take_if_set() {
-                        return Err(Error::interrupted());
+                        return Err(Error::interrupted_wait());
                     }
                     let (g, _) = self
                         .ready
@@ -328,7 +329,7 @@ pub fn barrier() -> Result<()> {
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 if interrupt::take_if_set() {
-                    return Err(Error::interrupted());
+                    return Err(Error::interrupted_wait());
                 }
             }
         }
