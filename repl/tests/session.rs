@@ -159,7 +159,16 @@ fn build_progress_ends_before_the_cells_first_output(s: &mut Session) {
     // Progress at once (JAXREPL_PROGRESS_AFTER_MS=0), so the cell's build shows it.
     // SAFETY: between cells no thread of the session reads the environment.
     unsafe { std::env::set_var("JAXREPL_PROGRESS_AFTER_MS", "0") };
-    let r = run(s, "println!(\"printed\"); 40 + 2");
+    // A build of ~2 s whatever the machine's caches hold: a constant evaluated by rustc
+    // (600k steps) from a seed that differs per run. (A plain cell can build in 0.5 s,
+    // between two polls of the progress, and then rightly shows none.)
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let cell = format!(
+        "const SLOW: u64 = {{ let mut i = 0u64; let mut s = {seed}u64; \
+         while i < 600_000 {{ s = s.wrapping_mul(31).wrapping_add(i); i += 1; }} s }};\n\
+         println!(\"printed\"); 40 + 2 + SLOW * 0"
+    );
+    let r = run(s, &cell);
     unsafe { std::env::remove_var("JAXREPL_PROGRESS_AFTER_MS") };
     assert_eq!(r.status, ExecStatus::Ok, "{:?}", r.outputs);
     let at = |f: &dyn Fn(&Output) -> bool| r.outputs.iter().position(f);
