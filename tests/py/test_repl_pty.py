@@ -86,6 +86,13 @@ def test_multiline_ctrl_c_history_and_ctrl_d(cache_dir):
     child.expect(LINE_START + r"6\r\n")
     expect_prompt(child, 5)
 
+    # Keys that arrive together with a Ctrl-C (typed while the prompt was busy, say in a
+    # slow Tab completion) are kept for the fresh prompt: rustyline read them all at once,
+    # and its interrupt used to discard what it had read past the Ctrl-C.
+    child.send("let junk2 = \x03kept.len() * 7\r")
+    child.expect(LINE_START + r"28\r\n")
+    expect_prompt(child, 6)
+
     # Ctrl-D on an empty line exits cleanly.
     child.sendeof()
     child.expect(pexpect.EOF, timeout=60)

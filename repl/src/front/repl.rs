@@ -9,6 +9,10 @@
 //! Input typed ahead or pasted without bracketed paste (lines separated by LF, Ctrl-J: the
 //! same key as Enter) runs line by line, each complete line a cell: rustyline's
 //! `buffer-redux` feature keeps what it has read past a submitted line for the next prompt.
+//! Ctrl-C at the prompt is bound to submitting the line marked as cleared ([`CtrlCClears`])
+//! rather than to rustyline's interrupt: rustyline drops its read-ahead buffer when
+//! `readline` ends with an error, so keys typed after a Ctrl-C while the prompt was busy (a
+//! slow Tab completion) were lost.
 
 use super::highlight::{self, Language};
 use super::term::Printer;
@@ -34,11 +38,30 @@ struct CellHelper {
     session: Rc<RefCell<Session>>,
     /// Colour the input (a terminal, `NO_COLOR` unset).
     color: bool,
+    /// Set by Ctrl-C at the prompt ([`CtrlCClears`]): the line being submitted is dropped.
+    cleared: Arc<AtomicBool>,
+}
+
+/// Ctrl-C at the prompt: marks the line as cleared and submits it, so that the prompt loop
+/// drops it and shows a fresh prompt. (rustyline's own `Interrupt` ends `readline` with an
+/// error, which discards the keys it has already read past the Ctrl-C: a line typed while
+/// a Tab completion was still running vanished.)
+struct CtrlCClears(Arc<AtomicBool>);
+
+impl rustyline::ConditionalEventHandler for CtrlCClears {
+    fn handle(&self, _: &rustyline::Event, _: rustyline::RepeatCount, _: bool, _: &rustyline::EventContext) -> Option<rustyline::Cmd> {
+        self.0.store(true, Ordering::SeqCst);
+        Some(rustyline::Cmd::AcceptLine)
+    }
 }
 
 impl Validator for CellHelper {
     fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
         let input = ctx.input();
+        if self.cleared.load(Ordering::SeqCst) {
+            // Ctrl-C: the line is submitted only to be dropped.
+            return Ok(ValidationResult::Valid(None));
+        }
         if input.ends_with("\n\n") {
             // Two empty lines: submit whatever is there and let the compiler speak.
             return Ok(ValidationResult::Valid(None));
@@ -120,7 +143,12 @@ pub fn run(opts: SessionOptions) -> Result<bool> {
         .build();
     let mut editor: Editor<CellHelper, DefaultHistory> = Editor::with_config(config)?;
     let printer = Printer::from_env();
-    editor.set_helper(Some(CellHelper { session: session.clone(), color: printer.color }));
+    let cleared = Arc::new(AtomicBool::new(false));
+    editor.set_helper(Some(CellHelper { session: session.clone(), color: printer.color, cleared: cleared.clone() }));
+    editor.bind_sequence(
+        rustyline::KeyEvent::ctrl('C'),
+        rustyline::EventHandler::Conditional(Box::new(CtrlCClears(cleared.clone()))),
+    );
     let history = slots::cache_dir().join("history.txt");
     let _ = std::fs::create_dir_all(slots::cache_dir());
     let _ = editor.load_history(&history);
@@ -138,7 +166,12 @@ pub fn run(opts: SessionOptions) -> Result<bool> {
     let mut count = 1;
     loop {
         let prompt = format!("In [{count}]: ");
+        cleared.store(false, Ordering::SeqCst);
         match editor.readline(&prompt) {
+            Ok(_) if cleared.swap(false, Ordering::SeqCst) => {
+                // Ctrl-C at the prompt: drop the line, show a fresh prompt.
+                continue;
+            }
             Ok(line) => {
                 if line.trim().is_empty() {
                     continue;
@@ -149,7 +182,7 @@ pub fn run(opts: SessionOptions) -> Result<bool> {
                 count += 1;
             }
             Err(ReadlineError::Interrupted) => {
-                // Ctrl-C at the prompt: drop the line, show a fresh prompt.
+                // A SIGINT at the prompt (Ctrl-C is bound above; this is kept for others).
                 continue;
             }
             Err(ReadlineError::Eof) => break,

@@ -234,16 +234,16 @@ pub struct InterruptHandle {
 }
 
 impl InterruptHandle {
-    /// Asks the running cell to stop: sends SIGUSR2 to the evaluation child, where the
-    /// engine turns it into an `Interrupted` error. If the cell is still running 2 s later,
-    /// the session kills the child, restarts it and reports the lost variables. While an
-    /// execute still waits for the session to start, it returns `Interrupted` at once
-    /// (start-up goes on). Does nothing when no execute is in progress.
     /// Whether a cell is being executed (or waits for the session to start) now.
     pub fn executing(&self) -> bool {
         self.shared.executing.load(Ordering::SeqCst)
     }
 
+    /// Asks the running cell to stop: sends SIGUSR2 to the evaluation child, where the
+    /// engine turns it into an `Interrupted` error. If the cell is still running 2 s later,
+    /// the session kills the child, restarts it and reports the lost variables. While an
+    /// execute still waits for the session to start, it returns `Interrupted` at once
+    /// (start-up goes on). Does nothing when no execute is in progress.
     pub fn interrupt(&self) {
         if !self.shared.executing.load(Ordering::SeqCst) {
             return;
