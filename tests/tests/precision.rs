@@ -243,6 +243,11 @@ fn precision_compare_table() {
     println!("{t}");
     assert!(t.starts_with("precision"), "{t}");
     assert!(t.contains("F64_F64_F64 (reference)"), "{t}");
+    assert!(!t.contains("every preset gave the reference's values"), "{t}");
+    // A call without a contraction: every row's error is 0, and the table says why.
+    let g = jit(|(a, b): (Array, Array)| &a.sin() + &b.sum());
+    let t = jax::magic::precision_compare(|| g.call((&xa, &ya))).unwrap().0;
+    assert!(t.contains("every preset gave the reference's values: the precision applies only to contractions"), "{t}");
 }
 
 #[test]

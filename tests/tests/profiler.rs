@@ -112,6 +112,10 @@ fn profile_magic_shows_a_table_and_an_svg_timeline() {
         assert!(table.lines().any(|l| l.contains(n)), "{n} missing from\n{table}");
     }
     assert!(table.lines().last().unwrap().contains("events on"), "{table}");
+    assert!(!table.contains("nothing was traced"), "{table}");
+    // Plain Rust: no event, and the table says what the profiler records.
+    let plain = jax::magic::profile(|| 1 + 1).unwrap().text_repr();
+    assert!(plain.contains("0 events on 0 thread(s)") && plain.contains("(nothing was traced, compiled, run or annotated"), "{plain}");
     let rich = view.rich();
     assert_eq!(rich[0].0, "image/svg+xml");
     let svg = &rich[0].1;

@@ -41,6 +41,13 @@ pub fn summary_table(p: &Profile) -> String {
         ));
     }
     t.push_str(&format!("{} events on {} thread(s) in {}", p.events.len(), p.threads.len(), format_time(wall * 1e-6)));
+    if p.events.is_empty() {
+        t.push_str(
+            "\n(nothing was traced, compiled, run or annotated: the profiler records the engine's work, \
+             such as calls of jitted functions and eager array operations, and TraceAnnotation spans; \
+             plain Rust code is not timed: use %time or %timeit)",
+        );
+    }
     t
 }
 
