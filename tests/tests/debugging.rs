@@ -30,6 +30,10 @@ fn format_buffers_placeholders_and_precision() {
         "x=2.0 y=0.91 v=[0. 1. 2.] {lit}"
     );
     assert_eq!(debug::format_buffers("r={:?}", &bufs[2..]), "r=Array([0., 1., 2.], dtype=float32)");
+    // {:.N} of an array: every element with N decimals, in numpy's brackets.
+    assert_eq!(debug::format_buffers("v={:.2}", &bufs[2..]), "v=[0.00 1.00 2.00]");
+    let m = Array::from_vec(vec![1.5f32, -20.25, 3.0, 4.125], &[2, 2]).unwrap().buffer().unwrap();
+    assert_eq!(debug::format_buffers("{:.1}", &[(*m).clone()]), "[[  1.5 -20.2]\n [  3.0   4.1]]");
 }
 
 #[test]

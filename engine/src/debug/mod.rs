@@ -93,7 +93,7 @@ fn parse_format(fmt: &str) -> Result<Vec<Result<String, Spec>>> {
 
 fn bad_spec(fmt: &str, at: &str) -> Error {
     Error::value_error(format!(
-        "`debug::print!` format string {fmt:?} has an unsupported placeholder {at:?}; use {{}} (value), {{:?}} (repr) or {{:.N}} (N decimals of a 0-d value), and {{{{ }}}} for literal braces"
+        "`debug::print!` format string {fmt:?} has an unsupported placeholder {at:?}; use {{}} (value), {{:?}} (repr) or {{:.N}} (N decimals of each element), and {{{{ }}}} for literal braces"
     ))
 }
 
@@ -121,7 +121,9 @@ pub fn check_format(fmt: &str, avals: &[ShapedArray]) -> Result<()> {
 }
 
 /// Formats `fmt` with the values of `bufs` (see `debug::print!`). A placeholder without a
-/// value is kept as text; `{:.N}` of a non-scalar falls back to `{}`.
+/// value is kept as text; `{:.N}` of an array writes every element with N decimals, in
+/// numpy's nested brackets (`[0.00 1.00 2.00]`; JAX's Python format raises a TypeError
+/// there, Rust's `{:.2?}` of a `Vec<f32>` formats each element: we follow Rust).
 pub fn format_buffers(fmt: &str, bufs: &[Buffer]) -> String {
     let parts = match parse_format(fmt) {
         Ok(p) => p,
@@ -148,11 +150,46 @@ pub fn format_buffers(fmt: &str, bufs: &[Buffer]) -> String {
                         let v = b.to_f64_vec()[0];
                         out.push_str(&format!("{v:.n$}"));
                     }
-                    Spec::Precision(_) => out.push_str(&crate::display::array_str_of(b)),
+                    Spec::Precision(n) => out.push_str(&fixed_decimals(&b.to_f64_vec(), b.shape(), n)),
                 }
             }
         }
     }
+    out
+}
+
+/// `values` (row-major, of `shape`, rank ≥ 1) with `decimals` digits after the point each,
+/// right-aligned to the widest, in numpy's nested brackets with one row per line
+/// (`[[1.00 2.00]\n [3.00 4.00]]`).
+fn fixed_decimals(values: &[f64], shape: &[usize], decimals: usize) -> String {
+    let texts: Vec<String> = values.iter().map(|v| format!("{v:.decimals$}")).collect();
+    let width = texts.iter().map(|t| t.len()).max().unwrap_or(0);
+    fn nest(texts: &[String], shape: &[usize], width: usize, depth: usize, out: &mut String) {
+        out.push('[');
+        let n = shape[0];
+        let inner: usize = shape[1..].iter().product();
+        for i in 0..n {
+            if shape.len() == 1 {
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(&format!("{:>width$}", texts[i]));
+            } else {
+                if i > 0 {
+                    // numpy: one line break per inner rank, then indent past the brackets.
+                    out.push_str(&"\n".repeat(shape.len() - 1));
+                    out.push_str(&" ".repeat(depth + 1));
+                }
+                nest(&texts[i * inner..(i + 1) * inner], &shape[1..], width, depth + 1, out);
+            }
+        }
+        out.push(']');
+    }
+    let mut out = String::new();
+    if shape.contains(&0) {
+        return "[]".to_string();
+    }
+    nest(&texts, shape, width, 0, &mut out);
     out
 }
 
