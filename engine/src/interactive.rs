@@ -56,6 +56,11 @@ impl TextRepr for ShapeDtypeStruct {
         self.to_string()
     }
 }
+impl TextRepr for crate::tree::ShapeTree {
+    fn text_repr(&self) -> String {
+        self.to_string()
+    }
+}
 macro_rules! text_repr_display {
     ($($t:ty),+) => {$(
         impl TextRepr for $t {

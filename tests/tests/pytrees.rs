@@ -222,4 +222,9 @@ fn eval_shape_returns_a_tree_of_specs() {
     );
     let one = jit(|x: Array| x * 2.0).eval_shape(ShapeDtypeStruct::new(&[4, 5], DType::F32)).unwrap();
     assert_eq!(one.leaf().unwrap().shape, vec![4, 5]);
+    // Traced.out_info has the output's structure: a bare spec for one output (as JAX's).
+    let t = jit(|x: Array| x * 2.0).trace(ShapeDtypeStruct::new(&[4, 5], DType::F32)).unwrap();
+    assert_eq!(t.out_info().to_string(), "ShapeDtypeStruct(shape=(4, 5), dtype=float32)");
+    let t = jit(|x: Array| (x.sum(), x.clone())).trace(ShapeDtypeStruct::new(&[3], DType::I32)).unwrap();
+    assert_eq!(t.out_info().to_string(), "(ShapeDtypeStruct(shape=(), dtype=int32), ShapeDtypeStruct(shape=(3,), dtype=int32))");
 }

@@ -1027,8 +1027,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// Errors: tracing errors.
     #[track_caller]
     pub fn eval_shape(&self, args: impl Args<A>) -> Result<ShapeTree> {
-        let t = self.trace(args)?;
-        Ok(ShapeTree::new(t.out_tree().clone(), t.out_info()))
+        Ok(self.trace(args)?.out_info())
     }
 
     /// Number of traces in this function's cache.

@@ -33,15 +33,19 @@ impl<A: Pytree, R: Pytree> Traced<A, R> {
     pub fn jaxpr(&self) -> &ClosedJaxpr {
         self.typed.as_ref().unwrap_or(&self.entry.jaxpr)
     }
-    /// Output types (`Traced.out_info`).
-    pub fn out_info(&self) -> Vec<ShapeDtypeStruct> {
-        self.entry
+    /// Output types in the output's structure (`Traced.out_info`): one
+    /// `ShapeDtypeStruct` per leaf; a single output prints as the bare spec
+    /// (`ShapeDtypeStruct(shape=(), dtype=int32, weak_type=True)`), a tuple as a tuple.
+    pub fn out_info(&self) -> crate::tree::ShapeTree {
+        let leaves = self
+            .entry
             .jaxpr
             .jaxpr
             .out_avals()
             .into_iter()
             .map(|a| ShapeDtypeStruct { shape: a.shape, dtype: a.dtype, weak_type: a.weak_type })
-            .collect()
+            .collect();
+        crate::tree::ShapeTree::new(self.entry.out_tree.clone(), leaves)
     }
     /// Structure of the output (`Traced.out_tree`).
     pub fn out_tree(&self) -> &TreeDef {
