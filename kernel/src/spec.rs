@@ -55,10 +55,15 @@ fn rustc_version() -> String {
     env!("CARGO_PKG_RUST_VERSION").to_string()
 }
 
-/// The `kernel.json` content for a kernel binary at `exe`.
-pub fn kernelspec_json(exe: &Path) -> serde_json::Value {
-    let env: serde_json::Map<String, serde_json::Value> =
+/// The `kernel.json` content for a kernel binary at `exe`; with `engine`, the kernel's
+/// sessions load that engine crate (`JAXREPL_ENGINE_DIR` in the spec's `env`), wherever
+/// Jupyter is started from.
+pub fn kernelspec_json(exe: &Path, engine: Option<&Path>) -> serde_json::Value {
+    let mut env: serde_json::Map<String, serde_json::Value> =
         MLIR_ENV.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+    if let Some(dir) = engine {
+        env.insert("JAXREPL_ENGINE_DIR".into(), serde_json::Value::from(dir.to_string_lossy().into_owned()));
+    }
     serde_json::json!({
         "argv": [exe, "--connection-file", "{connection_file}"],
         "display_name": DISPLAY_NAME,
@@ -70,14 +75,18 @@ pub fn kernelspec_json(exe: &Path) -> serde_json::Value {
 }
 
 /// Writes `DIR/kernels/jaxrepl/kernel.json` pointing at this very binary (by absolute
-/// path) and returns the file's path. `DIR` is a Jupyter data directory, such as an entry
-/// of `JUPYTER_PATH`.
+/// path) and at the engine crate a session started here would load (`JAXREPL_ENGINE_DIR`
+/// or the search `SessionOptions::from_env` makes), and returns the file's path. `DIR` is
+/// a Jupyter data directory, such as an entry of `JUPYTER_PATH`. Errors: the directory or
+/// file cannot be written.
 pub fn install(data_dir: &Path) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?.canonicalize()?;
+    let engine = jaxrepl::SessionOptions::from_env().engine_path;
+    let engine = engine.join("Cargo.toml").is_file().then_some(engine);
     let dir = data_dir.join("kernels").join(KERNEL_NAME);
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("kernel.json");
-    std::fs::write(&file, serde_json::to_string_pretty(&kernelspec_json(&exe))? + "\n")?;
+    std::fs::write(&file, serde_json::to_string_pretty(&kernelspec_json(&exe, engine.as_deref()))? + "\n")?;
     Ok(file)
 }
 
@@ -87,13 +96,16 @@ mod tests {
 
     #[test]
     fn kernelspec_has_the_agreed_fields() {
-        let spec = kernelspec_json(Path::new("/opt/bin/jaxrepl-kernel"));
+        let spec = kernelspec_json(Path::new("/opt/bin/jaxrepl-kernel"), None);
         assert_eq!(spec["argv"], serde_json::json!(["/opt/bin/jaxrepl-kernel", "--connection-file", "{connection_file}"]));
         assert_eq!(spec["language"], "rust");
         assert_eq!(spec["interrupt_mode"], "message");
         assert_eq!(spec["display_name"], "jaxrepl (Rust)");
         assert_eq!(spec["env"]["MLIR_SYS_220_PREFIX"], "/usr/lib/llvm-22");
         assert_eq!(spec["env"]["MLIR_SYS_LINK_SHARED"], "1");
+        assert!(spec["env"].get("JAXREPL_ENGINE_DIR").is_none());
+        let spec = kernelspec_json(Path::new("/opt/bin/jaxrepl-kernel"), Some(Path::new("/src/jaxrepl/engine")));
+        assert_eq!(spec["env"]["JAXREPL_ENGINE_DIR"], "/src/jaxrepl/engine");
     }
 
     #[test]
