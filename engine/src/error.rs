@@ -76,7 +76,7 @@ impl Error {
             ErrorKind::Interrupted,
             "interrupted by the user while waiting for a computation; the session's variables are kept. \
              The computation itself cannot be stopped part-way: it keeps running in the background until it ends \
-             (a CPU stays busy meanwhile)",
+             (a CPU stays busy meanwhile; using its result, or work queued behind it on the same device, waits for it to end)",
         )
     }
     /// Attaches the user's source location. An existing location is kept, unless it lies in

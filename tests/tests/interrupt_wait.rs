@@ -17,6 +17,12 @@ fn interrupting_a_wait_says_the_computation_runs_on_and_its_value_arrives() {
     let e = y.block_until_ready().unwrap_err();
     assert_eq!(e.ename(), "KeyboardInterrupt");
     assert!(e.message.contains("keeps running in the background until it ends"), "{e}");
+    assert!(e.message.contains("using its result, or work queued behind it on the same device, waits for it to end"), "{e}");
+    // Work that uses the result is queued behind the loop: when its value is there, the
+    // loop's is too.
+    let z = (&y + 1.0).block_until_ready().unwrap();
+    assert!(y.is_ready(), "a computation on the loop's result finished before the loop");
+    assert!(z.to_vec::<f32>().unwrap().iter().all(|g| (g - 2.0).abs() < 1e-3));
     // The array is still usable: waiting again gives the loop's value (the fixed point of
     // v * 0.999 + 1e-3 is 1, and v starts at 1).
     let got = y.to_vec::<f32>().unwrap();

@@ -211,6 +211,15 @@ impl Array {
         Ok(self.clone())
     }
 
+    /// `jax.Array.is_ready`: whether the value (or the computation's error) is there, without
+    /// waiting; a tracer is never ready.
+    pub fn is_ready(&self) -> bool {
+        match &self.0 {
+            Repr::Device(d) => d.is_ready(),
+            Repr::Tracer(_) => false,
+        }
+    }
+
     /// The host buffer, waiting for it. Errors for tracers with JAX's conversion error.
     pub fn buffer(&self) -> Result<Arc<Buffer>> {
         match &self.0 {
