@@ -57,9 +57,7 @@ impl Buffer {
     /// device past its memory limit (`runtime::memory`); the message names `site`, the
     /// size, what is live and the usual fixes.
     pub(crate) fn for_output(aval: &ShapedArray, site: SiteId) -> Result<Buffer, Error> {
-        Buffer::alloc(aval, false, site, true)
-            .map(Fresh::into_plain)
-            .map_err(|o| memory::oom_error(&o, &format!("an output {}", aval.short())))
+        Buffer::checked(aval, site, ("an output", ""))
     }
 
     /// A buffer of `aval` for host values the caller writes in full (the `jnp` creation
@@ -68,9 +66,16 @@ impl Buffer {
     /// an abort of the process.
     /// Errors: `RESOURCE_EXHAUSTED` (a `RuntimeError`) past the limit.
     pub(crate) fn for_host_values(aval: &ShapedArray) -> Result<Buffer, Error> {
-        Buffer::alloc(aval, false, memory::SITE_HOST, true)
+        Buffer::checked(aval, memory::SITE_HOST, ("an array", " from host values"))
+    }
+
+    /// An uninitialised buffer of `aval` accounted to `site` and checked against the memory
+    /// limit; the error names it as `what.0`, the type, `what.1` ("an array f32[8] from host
+    /// data"). Errors: `RESOURCE_EXHAUSTED` past the limit.
+    fn checked(aval: &ShapedArray, site: SiteId, what: (&str, &str)) -> Result<Buffer, Error> {
+        Buffer::alloc(aval, false, site, true)
             .map(Fresh::into_plain)
-            .map_err(|o| memory::oom_error(&o, &format!("an array {} from host values", aval.short())))
+            .map_err(|o| memory::oom_error(&o, &format!("{} {}{}", what.0, aval.short(), what.1)))
     }
 
     /// Allocates `aval.nbytes()` bytes accounted to `site`; with `check`, refuses an
@@ -94,9 +99,7 @@ impl Buffer {
         if std::mem::size_of::<T>() != aval.dtype.size_bytes() || data.len() != aval.size() {
             return Buffer::from_slice(aval, data).map_err(Error::value_error);
         }
-        let mut b = Buffer::alloc(aval, false, site, true)
-            .map_err(|o| memory::oom_error(&o, &format!("an array {} from host data", aval.short())))?
-            .into_plain();
+        let mut b = Buffer::checked(aval, site, ("an array", " from host data"))?;
         // SAFETY: plain-old-data reinterpretation of a slice of Copy scalars.
         let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
         b.bytes_mut().copy_from_slice(bytes);
