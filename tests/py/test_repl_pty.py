@@ -143,6 +143,15 @@ def test_engine_cell_in_the_terminal():
     child.expect(r"Array\(\[\s*1\.\s*,\s*2\.682942", timeout=ENGINE_TIMEOUT_S)
     expect_prompt(child, 2)
 
+    # The session's first Tab completion (rust-analyzer reads the engine crate: seconds)
+    # shows a note after the cursor, erases it, and completes the engine's API.
+    child.send("jnp::aran\t")
+    child.expect(r"\x1b7  \(completing: first time, a few seconds\)\x1b8", timeout=CELL_TIMEOUT_S)
+    child.expect(r"\x1b\[K", timeout=CELL_TIMEOUT_S)
+    child.expect(r"jnp::arange", timeout=CELL_TIMEOUT_S)
+    child.send("\x03")
+    expect_prompt(child, 2)
+
     # Ctrl-C during engine work (timeit runs for about 2 s once the cell has started) stops
     # it with the engine's error, and the variables stay: the next cell uses `f` and `x`.
     child.send("println!(\"started\"); jax::magic::timeit(|| f.call(&x))\r")

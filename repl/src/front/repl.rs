@@ -40,6 +40,20 @@ struct CellHelper {
     color: bool,
     /// Set by Ctrl-C at the prompt ([`CtrlCClears`]): the line being submitted is dropped.
     cleared: Arc<AtomicBool>,
+    /// Whether rust-analyzer has answered a completion in this session (the first answer
+    /// takes seconds: it reads the engine crate; the prompt says so meanwhile).
+    completed_once: std::cell::Cell<bool>,
+}
+
+/// Shown after the cursor while the session's first completion runs.
+const FIRST_COMPLETION_NOTE: &str = "  (completing: first time, a few seconds)";
+
+/// The terminal's width in columns (stdout), if it is a terminal.
+fn terminal_columns() -> Option<usize> {
+    // SAFETY: TIOCGWINSZ fills a winsize struct for a terminal fd; the result is checked.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_col > 0).then_some(ws.ws_col as usize)
 }
 
 /// Ctrl-C at the prompt: marks the line as cleared and submits it, so that the prompt loop
@@ -84,7 +98,28 @@ impl Completer for CellHelper {
         let Ok(mut session) = self.session.try_borrow_mut() else {
             return Ok((pos, Vec::new()));
         };
+        // The first rust-analyzer completion of a session takes seconds (longer on a loaded
+        // machine): say so after the cursor, then erase the note. Only where it fits on the
+        // line (the cursor at the end of a one-line input whose prompt is `In [N]: `).
+        let fits = || terminal_columns().is_some_and(|w| "In [100]: ".len() + line.len() + FIRST_COMPLETION_NOTE.len() < w);
+        let note = !self.completed_once.get() && session.is_ready() && pos == line.len() && !line.contains('\n') && fits();
+        if note {
+            use std::io::Write;
+            let (dim, reset) = if self.color { ("\x1b[2m", "\x1b[0m") } else { ("", "") };
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\x1b7{dim}{FIRST_COMPLETION_NOTE}{reset}\x1b8");
+            let _ = out.flush();
+        }
         let found = session.complete(line, pos);
+        if session.is_ready() {
+            self.completed_once.set(true);
+        }
+        if note {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\x1b[K");
+            let _ = out.flush();
+        }
         let pairs = found
             .matches
             .into_iter()
@@ -144,7 +179,12 @@ pub fn run(opts: SessionOptions) -> Result<bool> {
     let mut editor: Editor<CellHelper, DefaultHistory> = Editor::with_config(config)?;
     let printer = Printer::from_env();
     let cleared = Arc::new(AtomicBool::new(false));
-    editor.set_helper(Some(CellHelper { session: session.clone(), color: printer.color, cleared: cleared.clone() }));
+    editor.set_helper(Some(CellHelper {
+        session: session.clone(),
+        color: printer.color,
+        cleared: cleared.clone(),
+        completed_once: std::cell::Cell::new(false),
+    }));
     editor.bind_sequence(
         rustyline::KeyEvent::ctrl('C'),
         rustyline::EventHandler::Conditional(Box::new(CtrlCClears(cleared.clone()))),
