@@ -46,13 +46,20 @@ impl Barrier {
         }
         while g.1 == generation && !g.2 {
             g = self.cv.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
-            if g.1 == generation && super::interrupt::take_if_set() {
+            // An interrupt stops an eager shard_map's device threads (the cell joins them);
+            // a device worker never takes it (`dispatch::on_worker`): the devices of a
+            // partitioned program stay in step, and the cell's own wait reports it.
+            if g.1 == generation && !super::dispatch::on_worker() && super::interrupt::take_if_set() {
                 g.2 = true;
                 self.cv.notify_all();
                 return Err(Error::interrupted());
             }
         }
         if g.1 == generation { Err(poisoned()) } else { Ok(()) }
+    }
+
+    fn is_poisoned(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).2
     }
 
     fn poison(&self) {
@@ -203,6 +210,10 @@ pub fn run(c: &Collective, x: Option<&Arc<DeviceArray>>, out: &ShapedArray) -> R
     } else {
         None
     };
+    if run.barrier.is_poisoned() {
+        // Another device failed: its steps are no longer ours; touch no slot.
+        return Err(poisoned());
+    }
     run.deposit(me, Slot { input: Some(x.clone()), shared, args: vec![] });
     let r = run.barrier.wait();
     let result = r.and_then(|_| {

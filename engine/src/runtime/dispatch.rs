@@ -173,7 +173,7 @@ impl DeviceArray {
                         }
                         return r;
                     }
-                    if interrupt::take_if_set() {
+                    if !on_worker() && interrupt::take_if_set() {
                         return Err(Error::interrupted_wait());
                     }
                     let (g, _) = self
@@ -246,6 +246,18 @@ fn workers() -> &'static [OnceLock<Worker>] {
     WS.get_or_init(|| (0..crate::sharding::device_count()).map(|_| OnceLock::new()).collect())
 }
 
+thread_local! {
+    /// Whether this thread is a device worker (`jax-cpu<k>`).
+    static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a device worker. A user's interrupt is for the cell's
+/// thread: a worker never takes it (its waits and collectives go on), so a running
+/// computation is never cut part-way, and devices of one partitioned program stay in step.
+pub fn on_worker() -> bool {
+    ON_WORKER.with(|w| w.get())
+}
+
 fn worker(device: u32) -> &'static Worker {
     let ws = workers();
     let k = if (device as usize) < ws.len() { device as usize } else { 0 };
@@ -254,6 +266,7 @@ fn worker(device: u32) -> &'static Worker {
         std::thread::Builder::new()
             .name(format!("jax-cpu{k}"))
             .spawn(move || {
+                ON_WORKER.with(|w| w.set(true));
                 while let Ok(job) = rx.recv() {
                     // A panic in a job must not kill the worker; the job's outputs are
                     // failed by the guard in `submit`.
