@@ -12,7 +12,16 @@
 //! (faer's BLIS-style packed micro-kernels; it detects AVX-512/AVX2/FMA at run time). It
 //! replaced `matrixmultiply` after measuring both on this machine (2 cores, AVX-512;
 //! `tests/src/bin/gemm_probe.rs rawcmp`): per CPU-second it gave 1.2–1.4× at 256–2048,
-//! 1.6× on `[16,512,512]` and 2.2× on `[256,64,64]` batches. Threading is ours, not the
+//! 1.6× on `[16,512,512]` and 2.2× on `[256,64,64]` batches. On the AVX2 machine kind
+//! (AMD EPYC Zen 3, 2 vCPUs, no AVX-512) it was measured again, single-threaded per block
+//! as [`plan`] calls it, libraries interleaved, GFLOP per CPU-second, on a shared machine,
+//! against Debian 12's BLIS 0.9 (it picks its `zen3` kernels at run time), faer 0.24's
+//! `matmul` (the `private-gemm-x86` kernels) and matrixmultiply 0.3.11: at the shapes of
+//! the `[16,512,512]` batch (512³ products) and of the 8-device row-sharded 2048 matmul
+//! (256×2048×1024 panels) none was faster (f32: `gemm` 91 and 81, BLIS 87 and 80 with its
+//! small-matrix path turned off, 44 with it, as it is by default below m = 512; faer 84
+//! and 76; matrixmultiply 80 and 76). BLIS led only on 2048³ blocks (79–82 against
+//! 64–67), a workload already ahead of JAX, so the crate stays. Threading is ours, not the
 //! crate's ([`plan`]): the batch and each product's row or column panels are cut into
 //! units, each a single-threaded `gemm` call, run on the calling thread and rayon's in
 //! one fork/join — no synchronisation inside a product.
