@@ -381,3 +381,32 @@ fn dot_out_sharding_under_jit_types_and_partitions_as_asked() {
     let g = jit(|(a, b): (Array, Array)| jnp::dot(&a, &b));
     assert_eq!(g.call((&pa, &pb)).unwrap_err().kind, ErrorKind::ShardingType);
 }
+
+/// `with_sharding_constraint` on the output of a jitted function of unsharded arguments
+/// lays the result out as the constraint says (JAX's "constrain the output" recipe; the
+/// call itself runs on one device), as eager `with_sharding_constraint` and `out_shardings`
+/// do; values are the unconstrained ones. (A fresh user saw `SingleDeviceSharding`.)
+#[test]
+fn a_constraint_on_the_output_lays_out_the_result_of_an_unsharded_call() {
+    eight_cpu_devices();
+    let _l = jaxrepl_tests::serial();
+    let am = make_mesh(&[4, 2], &["X", "Y"], Some(&[AxisType::Auto, AxisType::Auto])).unwrap();
+    let x = jnp::arange(32.0).reshape(&[8, 4]);
+    let want = (&x * 2.0).to_vec::<f32>().unwrap();
+    let ns = NamedSharding::new(&am, P!("X", "Y")).unwrap();
+    let f = jit(move |x: Array| with_sharding_constraint(&(x * 2.0), ns.clone()));
+    let y = f.call(&x).unwrap();
+    assert_eq!(spec_text(&y), "Some(P('X', 'Y'))");
+    assert_eq!(y.to_vec::<f32>().unwrap(), want);
+    {
+        let _g = set_mesh(&am);
+        let g = jit(|x: Array| with_sharding_constraint(&x, P!("X", None)));
+        let y = g.call(&x).unwrap();
+        assert_eq!(spec_text(&y), "Some(P('X', None))");
+        assert_eq!(y.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    }
+    // A constraint in the middle changes no result's layout.
+    let h = jit(|x: Array| with_sharding_constraint(&x, NamedSharding::new(&make_mesh(&[8], &["x"], None).unwrap(), P!("x", None)).unwrap()).map(|c| c.sum()));
+    let s = h.call(&x).unwrap();
+    assert_eq!(s.item::<f32>().unwrap(), 496.0);
+}

@@ -448,14 +448,21 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         place.with_kinds(kinds)
     }
 
-    /// Lays the outputs out per `out_shardings`.
-    fn place_outputs(&self, outs: Vec<Array>) -> Result<Vec<Array>> {
-        let Some(targets) = &self.inner.shardings.outs else { return Ok(outs) };
+    /// Lays the outputs out per `out_shardings`; an output without one that `jaxpr`
+    /// computes by a `with_sharding_constraint` gets the constraint's sharding (JAX's
+    /// "constrain the output" recipe; on unsharded arguments the call runs on one device, so
+    /// the layout is applied to its result).
+    fn place_outputs(&self, jaxpr: &ClosedJaxpr, outs: Vec<Array>) -> Result<Vec<Array>> {
+        let targets = self.inner.shardings.outs.as_ref();
         outs.into_iter()
             .enumerate()
-            .map(|(i, o)| match targets.get(i).or(if targets.len() == 1 { targets.first() } else { None }) {
-                Some(t) if !crate::sharding::placed_as(&o, t) => crate::sharding::device_put(&o, t.clone()),
-                _ => Ok(o),
+            .map(|(i, o)| {
+                let asked = targets.and_then(|t| t.get(i).or(if t.len() == 1 { t.first() } else { None })).cloned();
+                let target = asked.or_else(|| constrained_output(jaxpr, i).map(crate::sharding::PutTarget::from));
+                match target {
+                    Some(t) if !crate::sharding::placed_as(&o, &t) => crate::sharding::device_put(&o, t),
+                    _ => Ok(o),
+                }
             })
             .collect()
     }
@@ -569,7 +576,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             // cut at its collectives into compiled segments, `partition.rs`); a program it
             // cannot take runs equation by equation, the body per device.
             if let Some(outs) = self.try_partition_shard_map(&entry, &flat, traced_now, loc)? {
-                let outs = self.place_outputs(outs)?;
+                let outs = self.place_outputs(&entry.jaxpr, outs)?;
                 return crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone());
             }
             crate::magic::note_call(&self.inner.name, &entry);
@@ -686,7 +693,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             }
             dispatch::barrier()?;
         }
-        let outs = self.place_outputs(outs)?;
+        let outs = self.place_outputs(&entry.jaxpr, outs)?;
         crate::trace::pytree::unflatten_like::<R>(&entry.out_tree, outs, entry.out_statics.clone())
     }
 
@@ -1339,6 +1346,16 @@ pub(crate) fn run_donating(
         exe.execute_args(&mut args)
     });
     Ok(outs.into_iter().map(Array::from_device).collect())
+}
+
+/// The sharding of the `with_sharding_constraint` that computes output `i` of `jaxpr`
+/// directly, if one does.
+fn constrained_output(jaxpr: &ClosedJaxpr, i: usize) -> Option<crate::sharding::NamedSharding> {
+    let crate::ir::Atom::Var(v) = jaxpr.jaxpr.outvars.get(i)? else { return None };
+    jaxpr.jaxpr.eqns.iter().rev().find(|e| e.outputs.iter().any(|o| o.id == v.id)).and_then(|e| match &e.primitive {
+        crate::ir::Primitive::ShardingConstraint { sharding } => Some(sharding.clone()),
+        _ => None,
+    })
 }
 
 /// `jax.eval_shape(f, args)`: the structure of `f`'s output with a `ShapeDtypeStruct` per
