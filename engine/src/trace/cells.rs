@@ -59,9 +59,14 @@ fn registry() -> &'static Mutex<Registry> {
 /// [N]`), the path of the generated crate's source `lib_rs`, and the cell's text `code`.
 /// The REPL session prepends this call to each cell; it is not meant to be called by hand.
 /// Never fails: when the source cannot be read or the crate not identified, locations in
-/// this cell stay `src/lib.rs:LINE:COL`.
+/// this cell stay `src/lib.rs:LINE:COL`. A pending interrupt (one that came before the
+/// cell's code started) is dropped.
 #[track_caller]
 pub fn enter_cell(cell: u64, lib_rs: &str, code: &str) {
+    // An interrupt that arrived before this cell's code started (Ctrl-C while an earlier
+    // cell was being built: "nothing ran") belongs to no computation of this cell: without
+    // this, this cell's first wait took it and failed with KeyboardInterrupt.
+    let _ = crate::runtime::interrupt::take_if_set();
     let loc = Location::caller();
     let Some(base) = object_base(loc.file().as_ptr()) else { return };
     let generated = std::fs::read_to_string(lib_rs).unwrap_or_default();
