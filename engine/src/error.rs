@@ -139,6 +139,10 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// `{:?}`: `Error { kind: Value, message: "…", location: None }` (the session reads this
+/// form back when evcxr shows a cell's `Err(e)` value with Debug:
+/// `repl/src/session/render.rs`, `debug_fallback_error`); `{:#?}` in a session: the
+/// session's error line.
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if f.alternate() && crate::interactive::session_active() {
@@ -163,3 +167,21 @@ fn engine_file(file: &str) -> bool {
 
 /// `Result` with `jax::Error`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The form the session reads back (`repl/src/session/render.rs` tests the same text).
+    #[test]
+    fn debug_of_an_err_is_the_form_the_session_reads() {
+        let e = Error::value_error("Jitted function has static_argnums=(5,), but only accepts 2 positional arguments.");
+        let r: std::result::Result<(), Error> = Err(e);
+        assert_eq!(
+            format!("{r:?}"),
+            "Err(Error { kind: Value, message: \"Jitted function has static_argnums=(5,), but only accepts 2 positional arguments.\", location: None })"
+        );
+        let e = Error::runtime("x").at(Some(SourceInfo { file: "cell 19".into(), line: 7, column: 13 }));
+        assert_eq!(format!("{e:?}"), "Error { kind: Runtime, message: \"x\", location: Some(SourceInfo { file: \"cell 19\", line: 7, column: 13 }) }");
+    }
+}

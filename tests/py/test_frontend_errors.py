@@ -76,6 +76,20 @@ def test_an_error_returned_with_question_mark_is_an_error_with_the_users_line(ke
     assert "ValueError: sum: axis 1 is out of bounds" in text and "\x1e" not in text, outputs
 
 
+@needs_engine
+def test_an_err_value_of_a_cell_that_moves_a_variable_is_the_cells_error(kernel):
+    # The final expression moves `fs`, defined in the same cell: evcxr's first build fails
+    # on it and its second shows the value with Debug (`Err(Error { kind: Value, .. })`).
+    # That is still the cell's error, as any `Err(e)` value.
+    _, kc = kernel
+    reply, outputs = run(kc, "let fs = jit(|(x, y): (Array, Array)| 2 * x + y);\nfs.static_argnums(&[5]).call((7, 8))",
+                         timeout=FIRST_CELL_TIMEOUT)
+    failed(reply, outputs)
+    assert (reply["ename"], reply["evalue"]) == (
+        "ValueError", "Jitted function has static_argnums=(5,), but only accepts 2 positional arguments."), reply
+    assert "Err(Error" not in text_of(outputs), outputs
+
+
 def test_magic_argument_errors_name_the_users_line(kernel):
     _, kc = kernel
     reply, outputs = run(kc, "let x = 1;\n%sharding x x", timeout=FIRST_CELL_TIMEOUT)

@@ -40,5 +40,6 @@ fn derivatives_through_cond_scan_and_while() {
     let want = fd(&|x| x.sin().sin().sin(), 0.5);
     assert!((t.item::<f64>().unwrap() - want).abs() < 1e-6);
     let e = grad(move |x: Array| w(x).map(|(_, y)| y))(Array::scalar(0.5f64)).unwrap_err();
+    assert_eq!(e.ename(), "ValueError"); // JAX's class
     assert!(e.message.contains("Reverse-mode differentiation does not work for lax.while_loop"), "{}", e.message);
 }

@@ -255,9 +255,9 @@ fn scan_jvp(
 pub fn control_vjp(p: &Primitive, ins: &[Array], cts: &[Option<Array>]) -> Result<Vec<Option<Array>>> {
     match p {
         Primitive::Cond { branches } => cond_vjp(branches, ins, cts),
-        Primitive::While { .. } => Err(Error::type_error(
+        Primitive::While { .. } => Err(Error::value_error(
             "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with dynamic start/stop values. \
-             Try using lax.scan, or lax.fori_loop with static start/stop.",
+             Try using lax.scan, or using fori_loop with static start/stop.",
         )),
         Primitive::Scan { jaxpr, length, reverse, unroll, num_consts, num_carry } => {
             scan_vjp(jaxpr, *length, *reverse, *unroll, *num_consts, *num_carry, ins, cts)

@@ -43,6 +43,12 @@ pub fn split_outputs(
         }
         errors.push(out);
     }
+    if by_mime.len() == 1
+        && let Some(e) = by_mime.get("text/plain").and_then(|t| debug_fallback_error(t))
+    {
+        errors.push(e);
+        return (None, errors);
+    }
     if by_mime.is_empty() {
         return (None, errors);
     }
@@ -52,6 +58,79 @@ pub fn split_outputs(
         (rank, mime.clone())
     });
     (Some(Output::Display(items)), errors)
+}
+
+/// The engine error in `text`, when `text` is the Rust Debug form of `Err(jax::Error)`
+/// (`Err(Error { kind: Value, message: "…", location: None })`): evcxr shows a cell's value
+/// that way when its first build failed, which a cell whose final expression moves a
+/// variable causes. Such an `Err` is the cell's error, as any other `Err(e)` value; `None`
+/// for any other text.
+pub fn debug_fallback_error(text: &str) -> Option<Output> {
+    let rest = text.trim_end().strip_prefix("Err(Error { kind: ")?.strip_suffix(" })")?;
+    let (kind, rest) = rest.split_once(", message: ")?;
+    let ename = match kind {
+        "Type" => "TypeError",
+        "Value" => "ValueError",
+        "TracerBoolConversion" => "TracerBoolConversionError",
+        "Concretization" => "ConcretizationTypeError",
+        "Compile" => "CompileError",
+        "Runtime" => "RuntimeError",
+        "Interrupted" => "KeyboardInterrupt",
+        "FloatingPoint" => "FloatingPointError",
+        "UnexpectedTracer" => "UnexpectedTracerError",
+        "NotImplemented" => "NotImplementedError",
+        "ShardingType" => "ShardingTypeError",
+        _ => return None,
+    };
+    let (message, rest) = debug_string(rest)?;
+    let location = rest.strip_prefix(", location: ")?;
+    let at = match location {
+        "None" => None,
+        l => {
+            let l = l.strip_prefix("Some(SourceInfo { file: ")?.strip_suffix(" })")?;
+            let (file, rest) = debug_string(l)?;
+            let (line, column) = rest.strip_prefix(", line: ")?.split_once(", column: ")?;
+            let (line, column) = (line.parse::<u32>().ok()?, column.parse::<u32>().ok()?);
+            // As the engine writes a location (`SourceInfo`'s Display).
+            Some(if file.starts_with("cell ") { format!("{file}, line {line}") } else { format!("{file}:{line}:{column}") })
+        }
+    };
+    let mut traceback = vec![format!("{ename}: {message}")];
+    if let Some(at) = at {
+        traceback.push(format!("  (traced at {at})"));
+    }
+    Some(Output::Error { ename: ename.to_string(), evalue: message, traceback })
+}
+
+/// A Rust Debug string literal at the start of `s` (`"a\"b\n"`), unescaped, and the rest.
+fn debug_string(s: &str) -> Option<(String, &str)> {
+    let mut chars = s.strip_prefix('"')?.char_indices();
+    let mut out = String::new();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, &s[i + 2..])),
+            '\\' => match chars.next()?.1 {
+                'n' => out.push('\n'),
+                'r' => out.push('\r'),
+                't' => out.push('\t'),
+                '0' => out.push('\0'),
+                'u' => {
+                    let mut hex = String::new();
+                    chars.next().filter(|(_, c)| *c == '{')?;
+                    for (_, h) in chars.by_ref() {
+                        if h == '}' {
+                            break;
+                        }
+                        hex.push(h);
+                    }
+                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                }
+                other => out.push(other), // \\ \" \'
+            },
+            c => out.push(c),
+        }
+    }
+    None
 }
 
 /// Parses an engine error frame; malformed JSON is shown as the raw text.
@@ -384,6 +463,43 @@ pub fn simple_error(ename: &str, evalue: impl Into<String>) -> Output {
         ename: ename.into(),
         evalue,
         traceback,
+    }
+}
+
+#[cfg(test)]
+mod debug_fallback_tests {
+    use super::*;
+
+    #[test]
+    fn an_err_shown_by_evcxrs_debug_fallback_is_the_cells_error() {
+        // The engine's `{:?}` of `Err(jax::Error)` (engine/src/error.rs tests the same text).
+        let e = debug_fallback_error(
+            "Err(Error { kind: Value, message: \"Jitted function has static_argnums=(5,), but only accepts 2 positional arguments.\", location: None })",
+        );
+        assert_eq!(
+            e,
+            Some(Output::Error {
+                ename: "ValueError".into(),
+                evalue: "Jitted function has static_argnums=(5,), but only accepts 2 positional arguments.".into(),
+                traceback: vec!["ValueError: Jitted function has static_argnums=(5,), but only accepts 2 positional arguments.".into()],
+            })
+        );
+        let e = debug_fallback_error(
+            "Err(Error { kind: Runtime, message: \"pure_callback `picky` failed: \\\"q\\\" \\u{e9}\\nnext\", location: Some(SourceInfo { file: \"cell 19\", line: 7, column: 13 }) })",
+        );
+        let Some(Output::Error { ename, evalue, traceback }) = e else { panic!("{e:?}") };
+        assert_eq!(ename, "RuntimeError");
+        assert_eq!(evalue, "pure_callback `picky` failed: \"q\" \u{e9}\nnext");
+        assert_eq!(traceback[1], "  (traced at cell 19, line 7)");
+        // Anything else is a value.
+        assert_eq!(debug_fallback_error("Ok(Array([12., 16.], dtype=float32))"), None);
+        assert_eq!(debug_fallback_error("Err(ParseIntError { kind: InvalidDigit })"), None);
+        assert_eq!(debug_fallback_error("Err(Error { kind: Value, message: \"unterminated"), None);
+        // split_outputs makes it an error, not a display.
+        let by_mime = HashMap::from([("text/plain".to_string(), "Err(Error { kind: Type, message: \"bad\", location: None })".to_string())]);
+        let (display, errors) = split_outputs(by_mime, "", None);
+        assert!(display.is_none());
+        assert!(matches!(&errors[..], [Output::Error { ename, .. }] if ename == "TypeError"));
     }
 }
 
