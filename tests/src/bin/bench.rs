@@ -884,6 +884,14 @@ fn loadavg() -> Value {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("usage: bench [--only PART,...] [--quick] [--key KEY]\n  parts: {}\n  prints one JSON object (schema jaxrepl-bench/2, docs/bench.md); `make bench` runs it beside JAX", PARTS.join(","));
+        return;
+    }
+    if let Some(bad) = args.iter().skip(1).find(|a| a.starts_with('-') && !["--child", "--quick", "--key", "--only"].contains(&a.as_str())) {
+        eprintln!("bench: unknown option {bad:?} (--help lists the options)");
+        std::process::exit(2);
+    }
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let r = match args.get(i + 1).map(|s| s.as_str()) {
             Some("mlp_grad_rss") => child_mlp_grad_rss(),
