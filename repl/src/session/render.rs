@@ -398,7 +398,7 @@ pub fn compile_errors(
                 }
             }
         }
-        if let Some(note) = scalar_operand_note(&message).or_else(|| call_syntax_note(&message)) {
+        if let Some(note) = scalar_operand_note(&message).or_else(|| call_syntax_note(&message)).or_else(|| magic_after_expression_note(&message, cell)) {
             traceback.push(format!("{pad} = note: {note}"));
         }
         if let Some((_, note)) = &macro_note {
@@ -452,6 +452,22 @@ fn call_syntax_note(message: &str) -> Option<String> {
              for one argument, `f.call((&x, &y))` for several"
         )
     })
+}
+
+/// The note for a magic line under a line that does not end its statement (`x` then
+/// `%lower f.call(&x)`): Rust reads `x % lower(f.call(&x))`, the remainder operator, and
+/// fails with "cannot find function `lower` in this scope".
+fn magic_after_expression_note(message: &str, cell: &str) -> Option<String> {
+    let name = message.strip_prefix("cannot find function `")?.strip_suffix("` in this scope")?;
+    let magic = super::magic::MAGICS.iter().find(|m| m.name == name)?;
+    let lines: Vec<&str> = cell.lines().collect();
+    let at = lines.iter().position(|l| l.trim_start().strip_prefix('%').is_some_and(|r| r.split_whitespace().next() == Some(magic.name)))?;
+    let above = lines[..at].iter().rev().find(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))?;
+    Some(format!(
+        "line {} is the magic `%{name}`, but the line above does not end its statement, so Rust reads `%` as the \
+         remainder operator: end the line above with `;` (a magic goes on its own line, after complete statements)",
+        at + 1,
+    )).filter(|_| !above.trim_end().ends_with(';'))
 }
 
 /// A plain error output with a one-line traceback.
@@ -526,6 +542,11 @@ mod tests {
         );
         assert!(call_syntax_note("expected function, found `Compiled`").unwrap().starts_with("a `Compiled` is called"));
         assert_eq!(call_syntax_note("expected function, found `i32`"), None);
+        let cell = "let y = x * 2.0\n%lower f.call(&y)";
+        let note = magic_after_expression_note("cannot find function `lower` in this scope", cell).unwrap();
+        assert!(note.starts_with("line 2 is the magic `%lower`, but the line above does not end its statement"), "{note}");
+        assert_eq!(magic_after_expression_note("cannot find function `lower` in this scope", "let y = 1;\n%lower f.call(&y)"), None);
+        assert_eq!(magic_after_expression_note("cannot find function `foo` in this scope", cell), None);
         assert_eq!(call_syntax_note("expected function, found `jax::prelude::Array`"), None);
     }
 
