@@ -187,3 +187,11 @@ fn scan_length_and_cond_pred_are_checked_like_jax_at_the_users_line() {
     assert_eq!(e.to_string().lines().next().unwrap(), "TypeError: Pred must be a scalar, got float32 of shape (3,).");
     assert_eq!(e.location.as_ref().map(|l| l.line), Some(line));
 }
+
+/// cond's branch-type error names true_fun's type first, as JAX's text does.
+#[test]
+fn cond_branch_type_error_names_true_fun_first() {
+    let x = jnp::arange(3.0);
+    let e = lax::cond(&Array::scalar(true), |x: Array| x * 2.0, |x: Array| x.sum(), x).unwrap_err();
+    assert_eq!(e.message, "true_fun and false_fun output must have identical types, got\nf32[3] and f32[]");
+}

@@ -37,10 +37,12 @@ pub fn abstract_eval(p: &Primitive, ins: &[ShapedArray]) -> Result<Vec<ShapedArr
                     )));
                 }
                 if !same(&b.out_avals(), &first.out_avals()) {
+                    // Branch 0 is false_fun (JAX's order); the text names true_fun's first.
+                    let (t, f) = if branches.len() == 2 { (&branches[1], &branches[0]) } else { (b, first) };
                     return Err(Error::type_error(format!(
                         "true_fun and false_fun output must have identical types, got\n{} and {}",
-                        types(&first.out_avals()),
-                        types(&b.out_avals())
+                        types(&t.out_avals()),
+                        types(&f.out_avals())
                     )));
                 }
             }
