@@ -159,7 +159,7 @@ impl fmt::Debug for Error {
 /// Whether `file` (a `Location`'s file) is one of the engine's own sources: it lies in the
 /// directory of this file (`file!()` is `engine/src/error.rs` in our workspace, absolute
 /// when the engine is a path dependency, as in the REPL).
-fn engine_file(file: &str) -> bool {
+pub(crate) fn engine_file(file: &str) -> bool {
     let here = file!();
     let dir = here.strip_suffix("error.rs").unwrap_or(here);
     file.starts_with(dir)

@@ -22,12 +22,19 @@ pub struct EqnCounts {
     pub rows: Vec<(String, usize)>,
 }
 
-fn count_into(j: &Jaxpr, counts: &mut HashMap<Option<(String, u32)>, usize>, total: &mut usize) {
+/// Counts the equations of `j` into `counts`; an equation the engine staged itself (a
+/// loop counter's add inside a `fori_loop` body: its location is an engine source) counts
+/// at `outer`, the line of the control-flow equation around it (the user's `fori_loop`).
+fn count_into(j: &Jaxpr, counts: &mut HashMap<Option<(String, u32)>, usize>, total: &mut usize, outer: Option<&SourceInfo>) {
     for e in &j.eqns {
         *total += 1;
-        *counts.entry(e.source.as_ref().map(|s| (s.file.clone(), s.line))).or_insert(0) += 1;
+        let source = match (&e.source, outer) {
+            (Some(s), Some(o)) if crate::error::engine_file(&s.file) => Some(o),
+            (s, _) => s.as_ref(),
+        };
+        *counts.entry(source.map(|s| (s.file.clone(), s.line))).or_insert(0) += 1;
         for sub in e.primitive.sub_jaxprs() {
-            count_into(sub, counts, total);
+            count_into(sub, counts, total, source);
         }
     }
 }
@@ -36,7 +43,7 @@ fn count_into(j: &Jaxpr, counts: &mut HashMap<Option<(String, u32)>, usize>, tot
 pub fn eqn_counts(name: &str, j: &Jaxpr) -> EqnCounts {
     let mut counts = HashMap::new();
     let mut total = 0;
-    count_into(j, &mut counts, &mut total);
+    count_into(j, &mut counts, &mut total, None);
     let mut rows: Vec<(Option<(String, u32)>, usize)> = counts.into_iter().collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let rows = rows
