@@ -1136,6 +1136,62 @@ pub(crate) fn placed_as(x: &Array, target: &PutTarget) -> bool {
     }
 }
 
+/// JAX's check of a committed `jit` argument against its `in_shardings` entry
+/// (`pjit._resolve_in_shardings`, JAX 0.10.2): an uncommitted argument is placed as
+/// asked, but a committed one whose layout differs is an error, not a silent reshard
+/// (the reshard would be real data movement hidden in the call; `device_put` or
+/// `reshard` it first). The layouts compare as XLA's HLO shardings do: the block each
+/// mesh position holds, not which device ids form the mesh, and any two replicated
+/// layouts (one device, or `P()` on a mesh) are equal. A layout that matches in another
+/// memory kind is JAX's memory-kind `ValueError`.
+/// Errors: `ValueError` "Sharding passed to jit does not match the sharding on the
+/// respective arg. …" or "Memory kinds passed to jax.jit does not match …".
+pub(crate) fn check_committed_arg(x: &Array, target: &PutTarget) -> Result<()> {
+    if !x.committed() {
+        return Ok(());
+    }
+    let Ok(have) = x.sharding() else { return Ok(()) };
+    let want = match target {
+        PutTarget::Device(d) => Sharding::Single(SingleDeviceSharding::new(*d)),
+        PutTarget::Sharding(s) => s.clone(),
+        // Without a mesh device_put gives its own error.
+        PutTarget::Spec(spec) => match get_mesh().map(|m| NamedSharding::new(&m, spec.clone())) {
+            Some(Ok(ns)) => Sharding::Named(ns),
+            _ => return Ok(()),
+        },
+        PutTarget::Memory(k) => match have.with_memory_kind(k.name()) {
+            Ok(s) => s,
+            Err(_) => return Ok(()),
+        },
+    };
+    let shape = x.shape();
+    // Per mesh position, the block held; `None` when the layout cannot hold this shape
+    // (device_put reports the divisibility or rank error).
+    let layout = |s: &Sharding| -> Option<Vec<BlockIndex>> {
+        match s {
+            Sharding::Single(_) => Some(vec![shape.iter().map(|&n| (0, n, true)).collect()]),
+            Sharding::Named(ns) => ns.blocks(&shape).ok().map(|b| b.into_iter().map(|(_, idx)| idx).collect()),
+        }
+    };
+    let (Some(a), Some(b)) = (layout(&have), layout(&want)) else { return Ok(()) };
+    let replicated = |l: &[BlockIndex]| l.iter().all(|idx| idx.iter().all(|&(_, _, full)| full));
+    if !(a == b || replicated(&a) && replicated(&b)) {
+        return Err(Error::value_error(format!(
+            "Sharding passed to jit does not match the sharding on the respective arg. Got jit sharding: {want:?},\narg sharding: {have:?} for arg type: {}",
+            typeof_(x)
+        )));
+    }
+    if want.memory_kind() != have.memory_kind() {
+        return Err(Error::value_error(format!(
+            "Memory kinds passed to jax.jit does not match memory kind on the respective arg. Got jit memory kind: {}, arg memory kind: {} for arg type: {}",
+            want.memory_kind(),
+            have.memory_kind(),
+            typeof_(x)
+        )));
+    }
+    Ok(())
+}
+
 /// The per-device data of a sharded array whose shards exist (a `device_put` or
 /// partitioned result), by device id; `None` otherwise (computed on the gather path).
 pub(crate) fn shard_map_of(d: &DeviceArray) -> Option<std::collections::HashMap<u32, Arc<DeviceArray>>> {

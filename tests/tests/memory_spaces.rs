@@ -171,8 +171,12 @@ fn out_shardings_with_a_memory_kind_make_outputs_in_host_memory() {
     let plain = jit(|x: Array| x * 2.0 + 1.0);
     assert!(!plain.trace(&x).unwrap().lower().unwrap().as_text().contains("memory_kind"));
 
-    // in_shardings in a host kind: the argument is moved there and marked.
+    // in_shardings in a host kind: an uncommitted argument is moved there and marked; a
+    // committed one in device memory is JAX 0.10.2's error.
     let g = jit(|x: Array| x + 1.0).in_shardings(vec![Some(host.clone())]);
+    let e = g.call(&x).unwrap_err();
+    assert!(e.message.starts_with("Memory kinds passed to jax.jit does not match memory kind on the respective arg. Got jit memory kind: pinned_host, arg memory kind: device"), "{e}");
+    let x = jnp::arange(1024.0);
     let text = g.trace(&x).unwrap().lower().unwrap().as_text();
     assert!(text.contains("%arg0: tensor<1024xf32> {mhlo.memory_kind = \"pinned_host\"}"), "{text}");
     let ma = g.trace(&x).unwrap().lower().unwrap().compile().unwrap().memory_analysis();

@@ -206,6 +206,62 @@ fn in_and_out_shardings_place_arguments_and_results() {
     assert!(e.message.starts_with("One of pjit arguments with pytree key path args[0] was given the sharding of NamedSharding("), "{e}");
 }
 
+/// A committed argument laid out otherwise than its `in_shardings` entry is JAX's
+/// `ValueError`, not a silent reshard (texts and cases from JAX 0.10.2 with 8 host
+/// devices); replicated layouts may move (one device onto `P()`, or to another device);
+/// an uncommitted argument is placed; the fix the message asks for (`device_put`) works.
+#[test]
+fn in_shardings_refuse_a_committed_argument_laid_out_otherwise() {
+    eight_cpu_devices();
+    let mesh = mesh42();
+    let here = NamedSharding::new(&mesh, P!("X", "Y")).unwrap();
+    let there = NamedSharding::new(&mesh, P!("Y", "X")).unwrap();
+    let host = jnp::ones(&[8, 16], DType::F32);
+    let x = device_put(&host, here.clone()).unwrap();
+    let f = jit(|a: Array| a * 2.0).in_shardings(vec![Some(there.clone())]);
+    let e = f.call(&x).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Value);
+    assert_eq!(
+        e.message,
+        "Sharding passed to jit does not match the sharding on the respective arg. Got jit sharding: \
+         NamedSharding(mesh=Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)), spec=P('Y', 'X'), memory_kind=device),\n\
+         arg sharding: NamedSharding(mesh=Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)), spec=P('X', 'Y'), memory_kind=device) \
+         for arg type: float32[8@X,16@Y]"
+    );
+    // The same function places an uncommitted argument, and takes x once it is moved.
+    assert_eq!(spec_of(&f.call(&host).unwrap()), "P('Y', 'X')");
+    let moved = device_put(&x, there.clone()).unwrap();
+    assert_eq!(f.call(&moved).unwrap().to_vec::<f32>().unwrap(), vec![2.0; 128]);
+    // A committed single-device array against a split layout is refused too ...
+    let one = device_put(&host, jax::devices()[3]).unwrap();
+    let e = jit(|a: Array| a * 2.0).in_shardings(vec![Some(here.clone())]).call(&one).unwrap_err();
+    assert!(e.message.ends_with("arg sharding: SingleDeviceSharding(device=CpuDevice(id=3), memory_kind=device) for arg type: float32[8,16]"), "{e}");
+    // ... but replicated layouts move: onto P() on the mesh, or to another device.
+    let r = jit(|a: Array| a * 2.0).in_shardings(vec![Some(NamedSharding::new(&mesh, P!()).unwrap())]).call(&one).unwrap();
+    assert_eq!(format!("{:?}", r.sharding().unwrap()), format!("{:?}", NamedSharding::new(&mesh, P!()).unwrap()));
+    let r = jit(|a: Array| a * 2.0).in_shardings(vec![Some(jax::devices()[2])]).call(&one).unwrap();
+    assert_eq!(format!("{:?}", r.sharding().unwrap()), "SingleDeviceSharding(device=CpuDevice(id=2), memory_kind=device)");
+    assert_eq!(r.to_vec::<f32>().unwrap(), vec![2.0; 128]);
+    // The second argument of two, and a split argument against replicated: refused.
+    let rep = NamedSharding::new(&mesh, P!()).unwrap();
+    let two = jit(|(a, b): (Array, Array)| a * b).in_shardings(vec![Some(here.clone()), Some(rep.clone())]);
+    let e = two.call((&x, &x)).unwrap_err();
+    assert!(e.message.contains("Got jit sharding: NamedSharding(mesh=Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)), spec=P(), memory_kind=device),"), "{e}");
+    // The same layout in another memory kind: JAX's memory-kind error.
+    let g = jit(|a: Array| a * 2.0).in_shardings(vec![Some(here.with_memory_kind("pinned_host").unwrap())]);
+    let e = g.call(&x).unwrap_err();
+    assert_eq!(
+        e.message,
+        "Memory kinds passed to jax.jit does not match memory kind on the respective arg. Got jit memory kind: pinned_host, \
+         arg memory kind: device for arg type: float32[8@X,16@Y]"
+    );
+    // A spec on the mesh set with set_mesh is the same NamedSharding.
+    let _g = set_mesh(&mesh);
+    let e = jit(|a: Array| a + 1.0).in_shardings(vec![Some(P!("Y"))]).call(&x).unwrap_err();
+    assert!(e.message.starts_with("Sharding passed to jit does not match"), "{e}");
+    assert_eq!(jit(|a: Array| a + 1.0).in_shardings(vec![Some(P!("X", "Y"))]).call(&x).unwrap().to_vec::<f32>().unwrap(), vec![2.0; 128]);
+}
+
 #[test]
 fn with_sharding_constraint_and_reshard() {
     eight_cpu_devices();

@@ -344,7 +344,13 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// for a function of one argument) is placed as `shardings[i]` before each call (a
     /// `NamedSharding`, a `PartitionSpec` on the mesh set by `set_mesh`, or a `Device`;
     /// `None` leaves it where it is); every leaf of that argument gets it. Arrays already
-    /// laid out that way are not moved. Errors at the call: as `device_put`.
+    /// laid out that way are not moved, and uncommitted ones are placed; a committed
+    /// argument laid out otherwise is JAX's `ValueError` ("Sharding passed to jit does not
+    /// match the sharding on the respective arg", `device_put` or `reshard` it first),
+    /// except that any replicated layout may move to another replicated one (a
+    /// single-device array onto `P()`, or to another device), as in JAX.
+    /// Errors at the call: those, a memory kind that differs on a committed argument
+    /// (JAX's text), and `device_put`'s.
     /// Must be called right after `jit` (panics once the function is shared).
     pub fn in_shardings<T: Into<crate::sharding::PutTarget>>(self, shardings: Vec<Option<T>>) -> Self {
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("in_shardings must be called right after jit"));
@@ -381,6 +387,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             for leaf in &mut flat.leaves[r.clone()] {
                 if let ArgLeaf::Value(a) = leaf {
                     if !a.is_tracer() && !crate::sharding::placed_as(a, t) {
+                        crate::sharding::check_committed_arg(a, t)?;
                         // device_put's errors name the jit argument, as JAX's do.
                         *a = crate::sharding::device_put(a, t.clone()).map_err(|mut e| {
                             e.message = e.message.replacen("One of device_put args", &format!("One of pjit arguments with pytree key path args[{i}]"), 1);
