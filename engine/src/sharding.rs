@@ -1406,7 +1406,8 @@ impl Array {
 /// (`display::sharding_view`). Algorithm from `jax/_src/debugging.py::visualize_sharding`:
 /// base height 10, base width `int(10 * cols/rows)` (1-D: `int(10/len)`), a block's cell
 /// is `clamp(int(frac_w * base_width * 2.5), 9, 80)` characters wide less 2 and
-/// `int(frac_h * 10)` lines tall (1-D: 1), the label `CPU <sorted ids>` centred.
+/// `int(frac_h * 10)` lines tall (1-D: 1), the label `CPU <sorted ids>` centred; a table
+/// wider than 80 columns is squeezed to 80 as rich squeezes JAX's (labels kept).
 /// Errors: JAX's `ValueError` for other ranks; tracers (use `inspect_array_sharding`).
 pub fn visualize_array_sharding(x: &Array) -> Result<crate::display::sharding_view::ShardingView> {
     let d = match &x.0 {

@@ -470,6 +470,42 @@ fn visualize_array_sharding_matches_jax() {
     assert_eq!(e.to_string(), "ValueError: `visualize_sharding` only works for shapes with 1 and 2 dimensions.");
 }
 
+/// A table wider than 80 columns is squeezed as JAX's rich console squeezes it: column
+/// widths copied from JAX 0.10.2 with rich 13 (`use_color=False`), each line at most 80
+/// wide. JAX's squeezed cells come out blank (rich crops the label behind the padding);
+/// here the label stays, centred, on its own line.
+#[test]
+fn wide_sharding_tables_fit_in_80_columns() {
+    eight_cpu_devices();
+    let m222 = make_mesh(&[2, 2, 2], &["a", "b", "c"], None).unwrap();
+    let x = device_put(&jnp::zeros(&[2, 4000], DType::F32), NamedSharding::new(&m222, P!("a", ("b", "c"))).unwrap()).unwrap();
+    let v = debug::visualize_array_sharding(&x).unwrap();
+    let lines: Vec<&str> = v.lines().collect();
+    // JAX: ┌───────────────────┬───────────────────┬───────────────────┬──────────────────┐
+    assert_eq!(lines[0], format!("┌{}┬{}┬{}┬{}┐", "─".repeat(19), "─".repeat(19), "─".repeat(19), "─".repeat(18)));
+    // JAX's rows are a line shorter: the cropped label's line goes too.
+    assert_eq!(lines.len(), 11, "{v}");
+    assert_eq!(lines[2], "│       CPU 0       │       CPU 1       │       CPU 2       │      CPU 3       │");
+    assert_eq!(lines[7], "│       CPU 4       │       CPU 5       │       CPU 6       │      CPU 7       │");
+    assert!(v.lines().all(|l| l.chars().count() <= 80), "{v}");
+    // Eight columns of one device each: JAX's widths 9 ×7 and 8.
+    let m8 = make_mesh(&[8], &["i"], None).unwrap();
+    let z = device_put(&jnp::zeros(&[8, 4000], DType::F32), NamedSharding::new(&m8, P!(None, "i")).unwrap()).unwrap();
+    let v = debug::visualize_array_sharding(&z).unwrap();
+    let first = v.lines().next().unwrap();
+    assert_eq!(first, format!("┌{}┬{}┐", vec!["─".repeat(9); 7].join("┬"), "─".repeat(8)));
+    assert!(v.contains("│  CPU 0  │  CPU 1  │"), "{v}");
+    assert!(v.lines().all(|l| l.chars().count() <= 80), "{v}");
+    // Narrower tables are unchanged (JAX's [8] over 8 devices).
+    let y = device_put(&jnp::zeros(&[8], DType::F32), NamedSharding::new(&m8, P!("i")).unwrap()).unwrap();
+    assert_eq!(
+        debug::visualize_array_sharding(&y).unwrap(),
+        "┌───────┬───────┬───────┬───────┬───────┬───────┬───────┬───────┐\n\
+         │ CPU 0 │ CPU 1 │ CPU 2 │ CPU 3 │ CPU 4 │ CPU 5 │ CPU 6 │ CPU 7 │\n\
+         └───────┴───────┴───────┴───────┴───────┴───────┴───────┴───────┘\n"
+    );
+}
+
 /// The placement page's examples (inventory §5.2 items 2-6).
 #[test]
 fn placement_page_examples() {

@@ -94,15 +94,19 @@ impl ShardingView {
         for (c, l) in col_labels.iter().enumerate().take(cols) {
             col_w[c] = col_w[c].max(l.chars().count());
         }
+        let lw = row_labels.iter().map(|l| l.chars().count()).max().map(|w| w + 1).unwrap_or(0);
+        // JAX draws on a rich console `max_width` (80) wide: wider tables are squeezed.
+        let col_w = fit_widths(&col_w, MAX_WIDTH.saturating_sub(cols + 1 + lw));
         let heights: Vec<usize> = grid.iter().map(|row| row.iter().map(|c| c.len()).max().unwrap_or(1).max(1)).collect();
         let cell_line = |r: usize, c: usize, line: usize| -> String {
             let cell = &grid[r][c];
             let off = (heights[r] - cell.len()) / 2;
             let text = if line >= off && line - off < cell.len() { cell[line - off].clone() } else { String::new() };
+            // A squeezed cell keeps its label, centred (rich crops it away behind the padding).
+            let text = if text.chars().count() > col_w[c] { text.trim().chars().take(col_w[c]).collect() } else { text };
             let pad = col_w[c] - text.chars().count();
             format!("{}{text}{}", " ".repeat(pad / 2), " ".repeat(pad - pad / 2))
         };
-        let lw = row_labels.iter().map(|l| l.chars().count()).max().map(|w| w + 1).unwrap_or(0);
         let margin = |r: Option<usize>, line: usize| -> String {
             if lw == 0 {
                 return String::new();
@@ -235,6 +239,57 @@ impl ShardingView {
 }
 
 /// `html_escape`, plus `"` (the text may land in an attribute).
+/// The width JAX's `visualize_sharding` draws in (its `max_width`, the rich console's
+/// width), in characters.
+const MAX_WIDTH: usize = 80;
+
+/// Column widths (characters, borders excluded) squeezed into `max` as rich's `Table`
+/// does (rich 13 `Table._calculate_column_widths`: each column measured at most `max`,
+/// then `_collapse_widths` trims the widest columns towards the next widest, then
+/// `ratio_reduce` takes the rest evenly), so a wide array's table matches JAX's widths.
+fn fit_widths(widths: &[usize], max: usize) -> Vec<usize> {
+    let mut w: Vec<usize> = widths.iter().map(|&x| x.min(max)).collect();
+    let total = |w: &[usize]| w.iter().sum::<usize>();
+    while total(&w) > max {
+        let excess = total(&w) - max;
+        let top = *w.iter().max().unwrap_or(&0);
+        let second = w.iter().filter(|&&x| x != top).max().copied().unwrap_or(0);
+        if top == second {
+            break;
+        }
+        let ratios: Vec<usize> = w.iter().map(|&x| usize::from(x == top)).collect();
+        w = ratio_reduce(excess, &ratios, &vec![excess.min(top - second); w.len()], &w);
+    }
+    if total(&w) > max {
+        let excess = total(&w) - max;
+        w = ratio_reduce(excess, &vec![1; w.len()], &w.clone(), &w);
+    }
+    w
+}
+
+/// rich's `ratio_reduce`: takes `total` from `values` in proportion to `ratios`, at most
+/// `maximums[i]` from each, rounding half to even as Python's `round`.
+fn ratio_reduce(total: usize, ratios: &[usize], maximums: &[usize], values: &[usize]) -> Vec<usize> {
+    let ratios: Vec<usize> = ratios.iter().zip(maximums).map(|(&r, &m)| if m > 0 { r } else { 0 }).collect();
+    let mut total_ratio: usize = ratios.iter().sum();
+    let mut remaining = total;
+    let mut out = Vec::with_capacity(values.len());
+    for ((&r, &m), &v) in ratios.iter().zip(maximums).zip(values) {
+        if r > 0 && total_ratio > 0 {
+            let (num, den) = (r * remaining, total_ratio);
+            let (q, rem) = (num / den, num % den);
+            let rounded = if 2 * rem > den || (2 * rem == den && q % 2 == 1) { q + 1 } else { q };
+            let d = m.min(rounded).min(v);
+            out.push(v - d);
+            remaining = remaining.saturating_sub(d);
+            total_ratio -= r;
+        } else {
+            out.push(v);
+        }
+    }
+    out
+}
+
 fn escape(s: &str) -> String {
     crate::display::html_escape(s).replace('"', "&quot;")
 }
