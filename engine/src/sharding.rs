@@ -1576,9 +1576,10 @@ pub(crate) fn from_shards(aval: ShapedArray, ns: NamedSharding, shards: Vec<Arc<
     }
     // A block made on another device (a `pure_callback`'s result inside a shard_map body is
     // made on the host, i.e. device 0) is copied to the device that holds it, so its memory
-    // is that device's.
+    // is that device's; one made uncommitted on its own device is copied committed, as
+    // every shard of a shard_map result is.
     let placed = |device: u32, data: Arc<DeviceArray>| {
-        if data.placement.device == device { data } else { put_on(&data, device, true, data.memory_kind) }
+        if data.placement.device == device && data.placement.committed { data } else { put_on(&data, device, true, data.memory_kind) }
     };
     Ok(sharded_from_shards(aval, ns, blocks.into_iter().zip(shards).map(|((device, index), data)| (device, index, placed(device, data))).collect()))
 }

@@ -312,6 +312,8 @@ fn a_callbacks_blocks_in_a_shard_map_live_on_their_devices() {
             // The block device k holds is data on device k (a callback's result is made on
             // the host, device 0, and is moved to its device).
             assert_eq!((s.device.id, s.data.devices().unwrap().iter().map(|d| d.id).collect::<Vec<_>>()), (k as u32, vec![k as u32]));
+            // Committed, device 0's too (it was made there uncommitted; fresh user F8 F7).
+            assert!(s.data.committed(), "shard on device {k}");
             close(&s.data, &[4.0 * k as f64, 4.0 * k as f64 + 2.0]);
         }
     }
