@@ -222,6 +222,10 @@ fn errors_inside_callbacks_name_the_callback() {
     let g = |x: Array| pure_callback(raise_if_negative, &[ShapeDtypeStruct::like(&x)], &[x], Some("sequential")).map(|mut v| v.remove(0));
     let e = vmap(g)(Array::from_slice(&[1.0f32, 0.0, 2.0])).unwrap_err();
     assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is 0");
+    // Traced at the user's line (the closure `g` above), not at the engine's batching code
+    // (fresh user F8 N-b: `traced at …/engine/src/transform/batching.rs:404`).
+    let at = e.location.as_ref().expect("a traced-at location");
+    assert!(at.file.ends_with("tests/callbacks.rs") && at.line == line!() - 6, "{at:?}");
     let e = jit(vmap(g)).call(&Array::from_slice(&[1.0f32, -2.0])).unwrap_err();
     assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is -2");
     // The session (and the jitted function) keep working after the error.

@@ -416,40 +416,53 @@ fn batch_jaxpr(j: &Jaxpr, consts: &[Array], args: Vec<BVal>, b: usize) -> Result
         }
     };
     for e in &j.eqns {
-        let ins = e.inputs.iter().map(|a| get(&env, a)).collect::<Result<Vec<_>>>()?;
-        let scalar_lit = |a: &Atom| matches!(a, Atom::Lit(l) if l.aval.shape.is_empty());
-        let outs = if ins.iter().any(|v| v.batched) && e.primitive.is_binary_elementwise() && e.inputs.iter().any(scalar_lit) {
-            // A 0-d literal operand stays a literal (JAX: `gt a 0.0:f32[]`), not a broadcast constant.
-            let shape = &e.outputs[0].aval.shape;
-            let ops = e
-                .inputs
-                .iter()
-                .zip(&ins)
-                .map(|(a, v)| match a {
-                    Atom::Lit(l) if l.aval.shape.is_empty() => Ok(Operand::Lit(l.value, l.aval.clone())),
-                    _ => to_full(v, b, shape).map(Operand::Array),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            bind(e.primitive.clone(), ops, loc)?.into_iter().map(|x| BVal { x, batched: true }).collect()
-        } else if ins.iter().any(|v| v.batched) {
-            batch_eqn(&e.primitive, &ins, &e.outputs.first().map(|o| o.aval.clone()).unwrap_or_else(|| ShapedArray::scalar(crate::ir::DType::Bool)), b, loc)?
-        } else {
-            let ops = e
-                .inputs
-                .iter()
-                .zip(&ins)
-                .map(|(a, v)| match a {
-                    Atom::Lit(l) => Operand::Lit(l.value, l.aval.clone()),
-                    Atom::Var(_) => arr(&v.x),
-                })
-                .collect();
-            bind(e.primitive.clone(), ops, loc)?.into_iter().map(|x| BVal { x, batched: false }).collect()
-        };
+        // An error of the equation names the user's line it was traced at, not this file.
+        let outs = batch_one(e, &env, &get, b, loc).map_err(|err| err.at(e.source.clone()))?;
         for (v, o) in e.outputs.iter().zip(outs) {
             env.set(v, o);
         }
     }
     j.outvars.iter().map(|a| get(&env, a)).collect()
+}
+
+/// One equation of [`batch_jaxpr`] on its inputs in `env`.
+fn batch_one(
+    e: &crate::ir::Eqn,
+    env: &Env<BVal>,
+    get: &dyn Fn(&Env<BVal>, &Atom) -> Result<BVal>,
+    b: usize,
+    loc: &'static Location<'static>,
+) -> Result<Vec<BVal>> {
+    let ins = e.inputs.iter().map(|a| get(env, a)).collect::<Result<Vec<_>>>()?;
+    let scalar_lit = |a: &Atom| matches!(a, Atom::Lit(l) if l.aval.shape.is_empty());
+    let outs = if ins.iter().any(|v| v.batched) && e.primitive.is_binary_elementwise() && e.inputs.iter().any(scalar_lit) {
+        // A 0-d literal operand stays a literal (JAX: `gt a 0.0:f32[]`), not a broadcast constant.
+        let shape = &e.outputs[0].aval.shape;
+        let ops = e
+            .inputs
+            .iter()
+            .zip(&ins)
+            .map(|(a, v)| match a {
+                Atom::Lit(l) if l.aval.shape.is_empty() => Ok(Operand::Lit(l.value, l.aval.clone())),
+                _ => to_full(v, b, shape).map(Operand::Array),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        bind(e.primitive.clone(), ops, loc)?.into_iter().map(|x| BVal { x, batched: true }).collect()
+    } else if ins.iter().any(|v| v.batched) {
+        batch_eqn(&e.primitive, &ins, &e.outputs.first().map(|o| o.aval.clone()).unwrap_or_else(|| ShapedArray::scalar(crate::ir::DType::Bool)), b, loc)?
+    } else {
+        let ops = e
+            .inputs
+            .iter()
+            .zip(&ins)
+            .map(|(a, v)| match a {
+                Atom::Lit(l) => Operand::Lit(l.value, l.aval.clone()),
+                Atom::Var(_) => arr(&v.x),
+            })
+            .collect();
+        bind(e.primitive.clone(), ops, loc)?.into_iter().map(|x| BVal { x, batched: false }).collect()
+    };
+    Ok(outs)
 }
 
 /// `jax.vmap(f, in_axes, out_axes)`: maps `f` over axis `in_axes[i]` of each argument
