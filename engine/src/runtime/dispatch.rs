@@ -11,6 +11,7 @@ use super::interrupt;
 use crate::error::{Error, Result};
 use crate::ir::ShapedArray;
 use std::sync::mpsc::{channel, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -258,6 +259,16 @@ pub fn on_worker() -> bool {
     ON_WORKER.with(|w| w.get())
 }
 
+/// Device workers running a job at this moment.
+static BUSY: AtomicUsize = AtomicUsize::new(0);
+
+/// How many device workers are running a job at this moment (a partitioned program runs
+/// one job per device at once). Compiled code on a worker shares the cores with the
+/// others by it (`compile::gemm`'s threading plan).
+pub fn busy_workers() -> usize {
+    BUSY.load(Ordering::Relaxed)
+}
+
 fn worker(device: u32) -> &'static Worker {
     let ws = workers();
     let k = if (device as usize) < ws.len() { device as usize } else { 0 };
@@ -270,7 +281,9 @@ fn worker(device: u32) -> &'static Worker {
                 while let Ok(job) = rx.recv() {
                     // A panic in a job must not kill the worker; the job's outputs are
                     // failed by the guard in `submit`.
+                    BUSY.fetch_add(1, Ordering::Relaxed);
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                    BUSY.fetch_sub(1, Ordering::Relaxed);
                 }
             })
             .expect("spawn device worker");
