@@ -304,6 +304,8 @@ def test_cf_loops(executed_cf):
         cell_with(executed_cf, "lax::fori_loop(0, 10, |(i, x): (Array, Array)| x + i, Array::weak_scalar"))
     text = outputs_text(cell_with(executed_cf, "make_jaxpr(|x: Array| lax::fori_loop(0, 10"))
     assert "scan[" in text and "length=10" in text, text
+    # JAX's form: the static lower bound is a literal operand, no constvar (inventory 1.1).
+    assert "{ lambda ; a:i32[]. let" in text and "] 0:i32[] a" in text, text
     text = outputs_text(cell_with(executed_cf, "let (total, cum) = lax::scan("))
     assert "10.0" in text and "[ 1.  3.  6. 10.]" in text, text
 

@@ -78,6 +78,22 @@ fn while_loop_and_fori_loop_match_rust_loops() {
     let text = f.trace(Array::scalar(0i32)).unwrap().jaxpr().to_string();
     assert!(text.contains("scan["), "{text}");
     assert!(text.contains("length=10"), "{text}");
+    // The static lower bound is a literal operand of the scan, as in JAX's jaxpr
+    // (inventory §1.1: `] 0:i32[] a`), not a constvar.
+    let j = make_jaxpr(|x: Array| lax::fori_loop(0, 10, |(i, x): (Array, Array)| x + i, x), 0).unwrap();
+    expect_test::expect![[r#"
+        { lambda ; a:i32[]. let
+            _:i32[] b:i32[] = scan[
+              jaxpr={ lambda ; c:i32[] d:i32[]. let
+                  e:i32[] = add c 1:i32[]
+                  f:i32[] = add d c
+                in (e, f) }
+              length=10
+              reverse=False
+              unroll=1
+            ] 0:i32[] a
+          in (b,) }"#]].assert_eq(&j.to_string());
+    assert_eq!(lax::fori_loop(3, 10, |(i, x): (Array, Array)| x + i, Array::scalar(0i32)).unwrap().item::<i32>().unwrap(), 42);
     // Dynamic bounds: a while loop.
     let g = jit(|(n, x): (Array, Array)| lax::fori_loop_dynamic(&Array::scalar(0i32), &n, |(i, x): (Array, Array)| x + i.astype(DType::F32), x));
     assert_eq!(g.call((Array::scalar(5i32), Array::scalar(0.5f32))).unwrap().item::<f32>().unwrap(), 10.5);

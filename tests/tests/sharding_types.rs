@@ -97,9 +97,9 @@ fn sub_jaxprs_are_typed() {
     let v = put(&arange(8), &m1, P!("x"));
     let f = |v: Array| lax::fori_loop(0, 3, |(_, c): (Array, Array)| c * 2.0, v);
     let text = make_jaxpr(f, &v).unwrap().to_string();
-    assert!(text.starts_with("{ lambda a:i32[]; b:f32[8@x]. let"), "{text}");
-    assert!(text.contains("d:i32[] e:f32[8@x]. let") && text.contains("g:f32[8@x] = mul e 2.0:f32[]"), "{text}");
-    assert!(text.contains(" c:f32[8@x] = scan["), "{text}");
+    assert!(text.starts_with("{ lambda ; a:f32[8@x]. let"), "{text}");
+    assert!(text.contains("c:i32[] d:f32[8@x]. let") && text.contains("f:f32[8@x] = mul d 2.0:f32[]"), "{text}");
+    assert!(text.contains(" b:f32[8@x] = scan[") && text.contains("] 0:i32[] a"), "{text}");
     let g = |v: Array| -> Result<Array> { lax::cond(&v.sum().gt(0.0), |c: Array| c + 1.0, |c: Array| c - 1.0, v) };
     let text = make_jaxpr(g, &v).unwrap().to_string();
     assert!(text.contains("{ lambda ; f:f32[8@x]. let g:f32[8@x] = sub f 1.0:f32[] in (g,) }"), "{text}");

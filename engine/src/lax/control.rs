@@ -274,6 +274,21 @@ pub fn scan<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
     reverse: bool,
     unroll: usize,
 ) -> Result<(C, Y)> {
+    scan_impl(f, init, xs, length, reverse, unroll, None)
+}
+
+/// [`scan`], with the first carry leaf bound as the literal `first_carry` (fori_loop's
+/// static lower bound: JAX's jaxpr shows `scan[...] 0:i32[] a`, not a constvar).
+#[track_caller]
+fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
+    f: impl Fn((C, X)) -> O,
+    init: C,
+    xs: X,
+    length: Option<usize>,
+    reverse: bool,
+    unroll: usize,
+    first_carry: Option<crate::ir::Scalar>,
+) -> Result<(C, Y)> {
     if unroll == 0 {
         // JAX's check (`unroll` is a bool or a positive int there; 1 is no unrolling).
         return Err(Error::value_error("`unroll` must be a `bool` or a positive `int`.").here());
@@ -316,7 +331,11 @@ pub fn scan<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
     let (j, out) = trace_fn("scan body", &f, &arg)?;
     let carry_leaves = leaves(&cflat)?;
     let mut operands = ops(&j.consts);
-    operands.extend(ops(&carry_leaves));
+    let mut carry_ops = ops(&carry_leaves);
+    if let (Some(v), Some(first)) = (first_carry, carry_ops.first_mut()) {
+        *first = Operand::Lit(v, first.aval());
+    }
+    operands.extend(carry_ops);
     operands.extend(ops(&xl));
     let p = Primitive::Scan {
         jaxpr: Box::new(close(&j.jaxpr)),
@@ -341,7 +360,7 @@ pub fn fori_loop<C: Pytree, O: TraceOutput<Out = C>>(lower: i32, upper: i32, bod
         crate::runtime::Buffer::from_slice(&ShapedArray::new(&[], DType::I32), &[lower]).expect("scalar"),
         false,
     );
-    let ((_, c), ()) = scan(
+    let ((_, c), ()) = scan_impl(
         |((i, c), ()): ((Array, C), ())| -> Result<((Array, C), ())> {
             let next = super::binary(Primitive::Add, Operand::Array(i.clone()), super::literal(crate::ir::Scalar::I32(1)))?;
             let c2 = body((i, c)).into_result()?;
@@ -352,6 +371,7 @@ pub fn fori_loop<C: Pytree, O: TraceOutput<Out = C>>(lower: i32, upper: i32, bod
         Some(n),
         false,
         1,
+        Some(crate::ir::Scalar::I32(lower)),
     )?;
     Ok(c)
 }
