@@ -73,6 +73,13 @@ fn eqn_counts_per_line_and_unrolled_loop_warning() {
         "{w}"
     );
 
+    // Traced by make_jaxpr, the warning names make_jaxpr (not a jit the user never wrote).
+    let before = jax::transform::jit::warnings_issued().len();
+    make_jaxpr(unrolled_body, &x).unwrap();
+    let warnings: Vec<String> = jax::transform::jit::warnings_issued()[before..].to_vec();
+    let w = warnings.iter().find(|w| w.contains("unrolled")).expect("an unrolled-loop warning");
+    assert!(w.starts_with("tracing make_jaxpr(unrolled_body) staged 450 of its 451 equations"), "{w}");
+
     // The same with fori_loop: the body is traced once, one scan equation, no warning.
     let before = jax::transform::jit::warnings_issued().len();
     let g = jit(|x: Array| lax::fori_loop(0, STEPS as i32, |(_, y): (Array, Array)| y + 1.0, x));

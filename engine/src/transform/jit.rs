@@ -208,6 +208,9 @@ pub(crate) struct JitInner<A, R> {
     /// Every key traced so far, for explaining misses: the signature and the tracing
     /// context (the matmul precision and op-metadata scope in effect).
     seen: Mutex<Vec<(Signature, TracingContext)>>,
+    /// The API that traces it, as its warnings name it: `jit`, or `make_jaxpr` (which
+    /// traces through a `jit` of the function).
+    api: &'static str,
 }
 
 /// The parts of a trace cache key that are not the arguments (JAX's tracing context):
@@ -302,6 +305,7 @@ where
             shardings: JitShardings::default(),
             cache: Mutex::new(HashMap::new()),
             seen: Mutex::new(Vec::new()),
+            api: "jit",
         }),
         _p: PhantomData,
     }
@@ -870,7 +874,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         if config::log_compiles() {
             eprintln!("Finished tracing {} for jit in {:.9} sec", self.inner.name, entry.trace_secs);
         }
-        if let Some(w) = crate::debug::unrolled_loop_warning(&format!("jit({})", self.inner.name), &entry.jaxpr.jaxpr) {
+        if let Some(w) = crate::debug::unrolled_loop_warning(&format!("{}({})", self.inner.api, self.inner.name), &entry.jaxpr.jaxpr) {
             warn(w);
         }
         self.inner.cache.lock().unwrap_or_else(|e| e.into_inner()).entry(h).or_default().push((sig.clone(), entry.clone()));
@@ -1400,6 +1404,10 @@ where
     F: Fn(A) -> O + 'static,
 {
     let j = jit(f);
+    let j = match Arc::try_unwrap(j.inner) {
+        Ok(inner) => Jitted { inner: Arc::new(JitInner { api: "make_jaxpr", ..inner }), _p: PhantomData },
+        Err(inner) => Jitted { inner, _p: PhantomData },
+    };
     let t = j.trace(args)?;
     Ok(t.jaxpr().clone())
 }
