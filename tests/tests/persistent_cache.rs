@@ -191,6 +191,9 @@ fn second_process_loads_native_code_without_compiling() {
     assert_eq!(b.num("TIER"), 2);
     assert_eq!((a.one("ASM"), b.one("ASM")), ("true", "true"));
     assert!(b.stderr.contains("Persistent compilation cache hit for 'jit_f' with key 'jit_f-"), "{}", b.stderr);
+    // JAX's order: the compile's "Compiling …" and lowering lines, then the hit.
+    let at = |s: &str| b.stderr.find(s).unwrap_or_else(|| panic!("{s:?} not in {}", b.stderr));
+    assert!(at("Compiling jit(f) with global shapes") < at("Persistent compilation cache hit for 'jit_f'"), "{}", b.stderr);
     assert!(!b.stderr.contains("Finished MLIR compilation"), "{}", b.stderr);
     assert!(!b.stderr.contains("PERSISTENT COMPILATION CACHE MISS"), "{}", b.stderr);
     assert!(b.vals["EXPLAIN"].iter().all(|l| l.contains("| persistent: hit (jit_") && l.contains("no MLIR passes")), "{:?}", b.vals["EXPLAIN"]);

@@ -58,11 +58,15 @@ pub struct Verdict {
     /// With tiered compilation the entry is written (or not) by the background compile of
     /// the optimised tier: its outcome, set once that compile is done.
     pub(crate) later: Option<Arc<OnceLock<String>>>,
+    /// On a hit, JAX's log line (`Persistent compilation cache hit for 'jit_f' with key
+    /// '…'`), printed with `jax_log_compiles` by the caller after its "Compiling …" lines
+    /// (JAX's order).
+    pub(crate) hit_log: Option<String>,
 }
 
 impl Verdict {
     pub(crate) fn off() -> Verdict {
-        Verdict { hit: false, text: "off (jax_compilation_cache_dir is not set)".into(), later: None }
+        Verdict { hit: false, text: "off (jax_compilation_cache_dir is not set)".into(), later: None, hit_log: None }
     }
 
     /// The verdict as it stands now: `text`, with a background write's outcome once the
@@ -194,16 +198,14 @@ pub(crate) fn load(p: &Pending, module: &LoweredModule, opt_level: u8) -> Load {
         Ok(exe) => {
             HITS.fetch_add(1, Ordering::Relaxed);
             let secs = t0.elapsed().as_secs_f64();
-            if config::log_compiles() {
-                eprintln!("Persistent compilation cache hit for '{}' with key '{}'", p.name, p.key);
-            }
+            let hit_log = Some(format!("Persistent compilation cache hit for '{}' with key '{}'", p.name, p.key));
             let text = format!(
                 "hit ({}, {} read and linked in {:.2} ms; no MLIR passes, no LLVM optimisation)",
                 p.short_key(),
                 kib(bytes.len()),
                 secs * 1e3
             );
-            Load::Hit(exe, Verdict { hit: true, text, later: None })
+            Load::Hit(exe, Verdict { hit: true, text, later: None, hit_log })
         }
         Err(e) => corrupt(p, format!("its code does not link: {}", e.message)),
     }

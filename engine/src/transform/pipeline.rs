@@ -183,7 +183,11 @@ mod flag_tests {
 /// Compiles a lowered module, through the executable cache (and the persistent
 /// compilation cache when `jax_compilation_cache_dir` is set).
 pub fn compile_lowered(m: &LoweredModule, opts: &StageOptions) -> Result<(ExecutableRef, bool)> {
-    compile_lowered_verdict(m, opts).map(|(e, hit, _)| (e, hit))
+    let (e, hit, v) = compile_lowered_verdict(m, opts)?;
+    if let Some(line) = v.and_then(|v| v.hit_log).filter(|_| config::log_compiles()) {
+        eprintln!("{line}");
+    }
+    Ok((e, hit))
 }
 
 /// On an executable-cache miss: the persistent cache's entry for `module`, loaded, or a
@@ -199,7 +203,7 @@ fn compile_persistent(module: &LoweredModule, opt_level: u8) -> Result<(Executab
         Load::Miss(why) | Load::Corrupt(why) => why,
     };
     let (e, what, later) = compile::compile_persistent_tiered(module, &opts, Some(Arc::new(p)))?;
-    Ok((e, Verdict { hit: false, text: format!("miss ({why}); {what}"), later }))
+    Ok((e, Verdict { hit: false, text: format!("miss ({why}); {what}"), later, hit_log: None }))
 }
 
 /// `compile_lowered`, also returning the persistent layer's verdict (`None` for an
@@ -298,9 +302,11 @@ pub fn compile_jaxpr(j: &ClosedJaxpr, name: &str, opts: &StageOptions) -> Result
             1 => format!("tier 1, LLVM O{}; tier 2 at O{} compiles in the background from the second call", executable.running_opt_level(), opts.opt_level.unwrap_or_else(|| default_opt_level().unwrap_or(2))),
             _ => format!("tier 2, LLVM O{}", executable.running_opt_level()),
         };
-        // A persistent cache hit compiled nothing (its hit line was logged instead).
-        if !persistent.as_ref().is_some_and(|v| v.hit) {
-            eprintln!("Finished MLIR compilation of jit({name}) in {compile_secs:.9} sec ({tier})");
+        // A persistent cache hit compiled nothing: its hit line instead, after the
+        // lowering's lines (JAX's order).
+        match persistent.as_ref().and_then(|v| v.hit_log.as_ref()) {
+            Some(line) => eprintln!("{line}"),
+            None => eprintln!("Finished MLIR compilation of jit({name}) in {compile_secs:.9} sec ({tier})"),
         }
     }
     // Only when dumping: `optimized_ir()` reruns the loop pipeline on first request.
