@@ -248,9 +248,16 @@ fn callback_for(fmt: &str) -> CallbackId {
 pub fn print_values(fmt: &str, args: &[Array]) {
     if let Err(e) = try_print_values(fmt, args) {
         if crate::trace::record_error(e.clone(), crate::ir::ShapedArray::scalar(crate::ir::DType::Bool)).is_none() {
-            eprintln!("{e}");
+            eprintln!("{}", eager_report(&e));
         }
     }
+}
+
+/// The text an eager `debug::print!` failure prints (nothing returns it): the error and the
+/// line of the call, `ValueError: … (at cell 3, line 2)`.
+fn eager_report(e: &Error) -> String {
+    let at = e.location.as_ref().map(|s| format!(" (at {})", s.line_label())).unwrap_or_default();
+    format!("{e}{at}")
 }
 
 /// `print_values` returning its error.
@@ -337,3 +344,18 @@ pub fn debug_infs(on: bool) -> crate::config::FlagGuard {
 pub fn check_tracer_leaks() -> crate::config::FlagGuard {
     crate::config::scoped("jax_check_tracer_leaks", true).expect("known flag")
 }
+
+#[cfg(test)]
+mod tests {
+    /// An eager placeholder-count error names the line of the `debug::print!` call.
+    #[test]
+    fn eager_print_errors_name_the_line() {
+        let x = crate::numpy::arange(3.0);
+        let line = line!() + 1;
+        let e = super::try_print_values("a={} b={}", &[x]).unwrap_err();
+        let text = super::eager_report(&e);
+        assert!(text.starts_with("ValueError: `debug::print!` format string \"a={} b={}\" has 2 placeholders but 1 argument was given"), "{text}");
+        assert!(text.ends_with(&format!(" (at engine/src/debug/mod.rs:{line})")), "{text}");
+    }
+}
+
