@@ -52,6 +52,18 @@ fn variables_persist_and_stdout_streams(s: &mut Session) {
     assert!(vars.iter().any(|(n, t)| n == "nums" && t.contains("Vec")), "{vars:?}");
 }
 
+/// The lines of one multi-line print arrive together and go out as one output (one
+/// stream message in Jupyter; they were one output per line).
+fn a_multi_line_print_is_one_output(s: &mut Session) {
+    let r = run(s, "println!(\"{:#?}\", vec![1, 2, 3]);");
+    assert_eq!(r.status, ExecStatus::Ok, "{:?}", r.outputs);
+    assert_eq!(r.stdout(), "[\n    1,\n    2,\n    3,\n]\n");
+    // The child's reader thread hands the lines over one by one: the first may be taken
+    // alone before the rest is there, never five outputs.
+    let n = r.outputs.iter().filter(|o| matches!(o, Output::Stdout(_))).count();
+    assert!(n <= 2, "{:?}", r.outputs);
+}
+
 fn panic_keeps_earlier_non_copy_variables(s: &mut Session) {
     let r = run(s, "let idx = 7;\nlet bad = nums[idx];");
     assert_eq!(r.status, ExecStatus::Error, "{:?}", r.outputs);
@@ -193,6 +205,7 @@ fn main() {
     let mut session = Session::start(opts).expect("session starts");
     let tests: &[(&str, fn(&mut Session))] = &[
         ("variables_persist_and_stdout_streams", variables_persist_and_stdout_streams),
+        ("a_multi_line_print_is_one_output", a_multi_line_print_is_one_output),
         ("panic_keeps_earlier_non_copy_variables", panic_keeps_earlier_non_copy_variables),
         ("compile_error_names_the_cell_line", compile_error_names_the_cell_line),
         ("magics_report_errors_without_the_engine", magics_report_errors_without_the_engine),

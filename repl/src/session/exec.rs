@@ -268,13 +268,13 @@ impl Session {
             let mut cell_build = CellBuildProgress::new(cell_number);
             loop {
                 let mut idle = true;
-                while let Ok(line) = outs.stdout.try_recv() {
+                if let Ok(line) = outs.stdout.try_recv() {
                     // Output from the evaluation child means the build is over: the build's
                     // progress display ends before the cell's first output, so a front end
                     // can remove it (Jupyter: clear_output) instead of leaving it emptied
                     // above that output.
                     cell_build.finish(sink);
-                    sink(Output::Stdout(qmark::readable(&line) + "\n"));
+                    send_stdout(line, || outs.stdout.try_recv().ok(), sink);
                     idle = false;
                 }
                 while let Ok(line) = outs.stderr.try_recv() {
@@ -317,7 +317,7 @@ impl Session {
                 if idle {
                     if let Ok(line) = outs.stdout.recv_timeout(Duration::from_millis(5)) {
                         cell_build.finish(sink);
-                        sink(Output::Stdout(qmark::readable(&line) + "\n"));
+                        send_stdout(line, || outs.stdout.try_recv().ok(), sink);
                     }
                 }
             }
@@ -330,8 +330,8 @@ impl Session {
         shared.in_cell.store(false, std::sync::atomic::Ordering::SeqCst);
         // Lines still in flight from the child's stderr: wait for a short quiet period.
         let drain_until = Instant::now() + Duration::from_millis(300);
-        while let Ok(line) = ctx.outputs.stdout.try_recv() {
-            sink(Output::Stdout(qmark::readable(&line) + "\n"));
+        if let Ok(line) = ctx.outputs.stdout.try_recv() {
+            send_stdout(line, || ctx.outputs.stdout.try_recv().ok(), sink);
         }
         while Instant::now() < drain_until {
             match ctx.outputs.stderr.recv_timeout(Duration::from_millis(15)) {
@@ -575,6 +575,27 @@ impl<'a> WorkerCpu<'a> {
 
 /// Whether evcxr is compiling a cell right now: a `cargo` or `rustc` process whose parent
 /// is this process (Linux `/proc`; false where it cannot be read).
+/// Sends `first` and every stdout line already waiting behind it as one output (a
+/// `{:#?}` print is one stream message in Jupyter, not one per line). An input request
+/// line (the child asking for a line of input) goes out on its own.
+fn send_stdout(first: String, mut more: impl FnMut() -> Option<String>, sink: &mut dyn FnMut(Output)) {
+    let mut batch = String::new();
+    for line in std::iter::once(first).chain(std::iter::from_fn(&mut more)) {
+        let text = qmark::readable(&line) + "\n";
+        if text.starts_with(super::input::INPUT_MARK) {
+            if !batch.is_empty() {
+                sink(Output::Stdout(std::mem::take(&mut batch)));
+            }
+            sink(Output::Stdout(text));
+        } else {
+            batch.push_str(&text);
+        }
+    }
+    if !batch.is_empty() {
+        sink(Output::Stdout(batch));
+    }
+}
+
 fn compiling_now() -> bool {
     let me = std::process::id().to_string();
     let Ok(entries) = std::fs::read_dir("/proc") else { return false };
