@@ -23,7 +23,7 @@ pub use crate::sharding::{
 };
 // JAX's `jax.memory.Space`: `device_put(&x, MemoryKind::PinnedHost)`.
 pub use crate::sharding::MemoryKind;
-pub use crate::sharding::{dot_out_sharding, reshard, with_sharding_constraint};
+pub use crate::sharding::{dot_out_sharding, reshard, visualize_mesh, with_sharding_constraint};
 pub use crate::trace::pytree::Static;
 pub use crate::tree::{self, Pytree, TreeDef};
 pub use crate::trace::Array;

@@ -334,6 +334,19 @@ fn sharding_and_mesh_views() {
     assert!(rows.split(' ').all(|h| h.strip_suffix("em").is_some_and(|n| n.split('.').nth(1).is_none_or(|d| d.len() == 1))), "{rows}");
     let e = jax::magic::sharding(&Array::from_vec(arange(8), &[2, 2, 2]).unwrap()).unwrap_err();
     assert_eq!(e.to_string(), "ValueError: `visualize_sharding` only works for shapes with 1 and 2 dimensions.");
+    // Axis names longer than the squeezed columns (fresh user F10: a usize underflow
+    // panic): each column keeps its `CPU k` label, heads are cut to the column.
+    let long = make_mesh(&[2, 4], &["rows_axis_long_name", "cols_axis_long_name"], None).unwrap();
+    let v = visualize_mesh(&long);
+    for k in 0..8 {
+        assert!(v.plain.contains(&format!("CPU {k}")) && v.ansi.contains(&format!("CPU {k}")), "{}", v.plain);
+    }
+    assert!(v.plain.contains("rows_axis_long_name=1 │"), "{}", v.plain);
+    assert!(v.plain.lines().skip(1).all(|l| l.chars().count() <= 80), "{}", v.plain);
+    assert!(v.plain.contains(" …_long_name=0 …_long_name=1 "), "{}", v.plain);
+    let one = make_mesh(&[8], &["a_very_long_axis_name_that_goes_on_and_on"], None).unwrap();
+    let v = jax::magic::mesh(Some(&one)).unwrap();
+    assert!(v.plain.contains("CPU 7") && v.plain.lines().skip(1).all(|l| l.chars().count() <= 80), "{}", v.plain);
 
     let t = |s: &str| s.lines().map(|l| l.strip_prefix("        ").unwrap_or(l)).collect::<Vec<_>>().join("\n") + "\n";
     assert_eq!(

@@ -95,8 +95,23 @@ impl ShardingView {
             col_w[c] = col_w[c].max(l.chars().count());
         }
         let lw = row_labels.iter().map(|l| l.chars().count()).max().map(|w| w + 1).unwrap_or(0);
-        // JAX draws on a rich console `max_width` (80) wide: wider tables are squeezed.
-        let col_w = fit_widths(&col_w, MAX_WIDTH.saturating_sub(cols + 1 + lw));
+        // JAX draws on a rich console `max_width` (80) wide: wider tables are squeezed, but
+        // never below a column's widest block label (`CPU 0,1`), which stays readable (a
+        // mesh with long axis names may then be wider than 80 columns).
+        let label_w: Vec<usize> = (0..cols).map(|c| blocks.iter().filter(|b| b.col == c).map(|b| b.label.chars().count()).max().unwrap_or(0)).collect();
+        let col_w: Vec<usize> = fit_widths(&col_w, MAX_WIDTH.saturating_sub(cols + 1 + lw)).into_iter().zip(&label_w).map(|(w, &l)| w.max(l)).collect();
+        // A column head longer than its column keeps its end (`…ong_name=2`: the index).
+        let head = |c: usize| -> String {
+            let l: String = col_labels
+                .get(c)
+                .map(|s| {
+                    let n = s.chars().count();
+                    if n <= col_w[c] { s.clone() } else { std::iter::once('…').chain(s.chars().skip(n + 1 - col_w[c].max(1))).collect() }
+                })
+                .unwrap_or_default();
+            let pad = col_w[c] - l.chars().count();
+            format!("{}{l}{}", " ".repeat(pad / 2), " ".repeat(pad - pad / 2))
+        };
         let heights: Vec<usize> = grid.iter().map(|row| row.iter().map(|c| c.len()).max().unwrap_or(1).max(1)).collect();
         let cell_line = |r: usize, c: usize, line: usize| -> String {
             let cell = &grid[r][c];
@@ -125,13 +140,7 @@ impl ShardingView {
         if !col_labels.is_empty() {
             plain.push_str(&margin(None, 0));
             plain.push(' ');
-            let heads: Vec<String> = (0..cols)
-                .map(|c| {
-                    let l = col_labels.get(c).map(|s| s.as_str()).unwrap_or("");
-                    let pad = col_w[c] - l.chars().count();
-                    format!("{}{l}{}", " ".repeat(pad / 2), " ".repeat(pad - pad / 2))
-                })
-                .collect();
+            let heads: Vec<String> = (0..cols).map(head).collect();
             plain.push_str(heads.join(" ").trim_end());
             plain.push('\n');
         }
@@ -163,9 +172,7 @@ impl ShardingView {
         if !col_labels.is_empty() {
             ansi.push_str(&margin(None, 0));
             for c in 0..cols {
-                let l = col_labels.get(c).map(|s| s.as_str()).unwrap_or("");
-                let pad = col_w[c] - l.chars().count();
-                ansi.push_str(&format!("{}{l}{}", " ".repeat(pad / 2), " ".repeat(pad - pad / 2)));
+                ansi.push_str(&head(c));
             }
             ansi.push('\n');
         }
