@@ -219,15 +219,22 @@ fn errors_inside_callbacks_name_the_callback() {
     let e = f.call(&Array::from_slice(&[0.0f32])).unwrap_err();
     assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is 0");
     // Under vmap (sequential: one call per element) the first failing element's error.
+    let g_line = line!() + 1;
     let g = |x: Array| pure_callback(raise_if_negative, &[ShapeDtypeStruct::like(&x)], &[x], Some("sequential")).map(|mut v| v.remove(0));
     let e = vmap(g)(Array::from_slice(&[1.0f32, 0.0, 2.0])).unwrap_err();
     assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is 0");
     // Traced at the user's line (the closure `g` above), not at the engine's batching code
     // (fresh user F8 N-b: `traced at …/engine/src/transform/batching.rs:404`).
     let at = e.location.as_ref().expect("a traced-at location");
-    assert!(at.file.ends_with("tests/callbacks.rs") && at.line == line!() - 6, "{at:?}");
+    assert!(at.file.ends_with("tests/callbacks.rs") && at.line == g_line, "{at:?}");
     let e = jit(vmap(g)).call(&Array::from_slice(&[1.0f32, -2.0])).unwrap_err();
     assert_eq!(e.to_string(), "RuntimeError: pure_callback `raise_if_negative` failed: ValueError: value of x is -2");
+    // Fired from compiled code, the failure still names the pure_callback's line (fresh
+    // user F10 F2: no line at all under jit).
+    assert_eq!(e.location.as_ref().map(|l| l.line), Some(g_line), "{:?}", e.location);
+    let f_line = line!() - 17;
+    let e = f.call(&Array::from_slice(&[-1.0f32])).unwrap_err();
+    assert_eq!(e.location.as_ref().map(|l| l.line), Some(f_line), "{:?}", e.location);
     // The session (and the jitted function) keep working after the error.
     close(&f.call(&Array::from_slice(&[3.0f32])).unwrap(), &[3.0]);
     // Eager: the same message.

@@ -35,10 +35,16 @@ thread_local! {
 
 /// Records `msg` as the execution's failure (the first one wins); `execute` returns it.
 pub(crate) fn fail(msg: String) {
+    fail_with(Error::runtime(msg));
+}
+
+/// Records `e` (kind, message and the user's line it names) as the execution's failure
+/// (the first one wins); `execute` returns it.
+pub(crate) fn fail_with(e: Error) {
     FAILURE.with(|f| {
         let mut f = f.borrow_mut();
         if f.is_none() {
-            *f = Some(Error::runtime(msg));
+            *f = Some(e);
         }
     });
 }

@@ -48,6 +48,9 @@ struct Entry {
     what: &'static str,
     /// The declared results.
     avals: Vec<ShapedArray>,
+    /// The user's line that called `pure_callback`/`io_callback`: a failure names it, also
+    /// when the callback fires from compiled code (under `jit`, `vmap`).
+    site: Option<crate::ir::SourceInfo>,
 }
 
 fn entries() -> &'static Mutex<HashMap<CallbackId, Arc<Entry>>> {
@@ -76,7 +79,7 @@ fn register(e: Entry) -> CallbackId {
         let r = crate::compile::callbacks::preserving_failure(|| run_host(&e2, &arrays));
         match r.and_then(|outs| outs.iter().map(|a| a.buffer().map(|b| (*b).clone())).collect::<Result<Vec<_>>>()) {
             Ok(outs) => crate::compile::callbacks::set_results(id, outs),
-            Err(err) => crate::compile::callbacks::fail(err.message),
+            Err(err) => crate::compile::callbacks::fail_with(err),
         }
     }));
     let _ = me.set(id);
@@ -88,7 +91,7 @@ fn register(e: Entry) -> CallbackId {
 /// partitioner's collectives inside per-device loop bodies, `partition/loops.rs`); the id
 /// a `pure_callback` equation fires. Its failures read `collective `psum` failed: …`.
 pub(crate) fn register_internal(name: &str, avals: Vec<ShapedArray>, f: HostFn) -> CallbackId {
-    register(Entry { f, name: name.to_string(), what: "collective", avals })
+    register(Entry { f, name: name.to_string(), what: "collective", avals, site: None })
 }
 
 /// The name of a Rust function type as a callback name: the last path segment of a
@@ -103,7 +106,7 @@ pub(super) fn callback_name<F>() -> String {
 /// `runtime::quiet_panic`); it returned the wrong number of values, or a value of another shape or dtype
 /// (`Incorrect output shape for return value #0: Expected: (3,), Actual: (4,)`).
 fn run_host(e: &Entry, args: &[Array]) -> Result<Vec<Array>> {
-    let failed = |msg: String| Error::runtime(format!("{} `{}` failed: {msg}", e.what, e.name));
+    let failed = |msg: String| Error::runtime(format!("{} `{}` failed: {msg}", e.what, e.name)).at(e.site.clone());
     let outs = match crate::runtime::quiet_panic::catch_quietly(|| (e.f)(args)) {
         Ok(Ok(outs)) => outs,
         // Already about this callback (a batched callback calling the user's per element).
@@ -150,7 +153,8 @@ fn parse_vmap_method(m: Option<&str>) -> Result<Option<VmapMethod>> {
     })
 }
 
-fn call_or_stage(e: Entry, prim: impl FnOnce(CallbackId, String, Vec<ShapedArray>) -> Primitive, args: &[Array], loc: &Location<'_>) -> Result<Vec<Array>> {
+fn call_or_stage(mut e: Entry, prim: impl FnOnce(CallbackId, String, Vec<ShapedArray>) -> Primitive, args: &[Array], loc: &Location<'_>) -> Result<Vec<Array>> {
+    e.site = Some(crate::trace::source_info(loc));
     if !is_tracing() {
         return run_host(&e, args);
     }
@@ -180,7 +184,7 @@ where
 {
     let loc = Location::caller();
     let vmap_method = parse_vmap_method(vmap_method)?;
-    let e = Entry { name: callback_name::<F>(), f: Arc::new(callback), what: "pure_callback", avals: avals_of(result_shape_dtypes) };
+    let e = Entry { name: callback_name::<F>(), f: Arc::new(callback), what: "pure_callback", avals: avals_of(result_shape_dtypes), site: None };
     call_or_stage(e, |callback, name, result_avals| Primitive::PureCallback { callback, name, result_avals, vmap_method }, args, loc)
 }
 
@@ -196,7 +200,7 @@ where
     F: Fn(&[Array]) -> Result<Vec<Array>> + Send + Sync + 'static,
 {
     let loc = Location::caller();
-    let e = Entry { name: callback_name::<F>(), f: Arc::new(callback), what: "io_callback", avals: avals_of(result_shape_dtypes) };
+    let e = Entry { name: callback_name::<F>(), f: Arc::new(callback), what: "io_callback", avals: avals_of(result_shape_dtypes), site: None };
     call_or_stage(e, |callback, name, result_avals| Primitive::IoCallback { callback, name, result_avals, ordered }, args, loc)
 }
 
@@ -275,7 +279,7 @@ pub(crate) fn batch(p: &Primitive, xs: &[Array], batched: &[bool], b: usize, loc
             let flags = batched.to_vec();
             let inner2 = inner.clone();
             let f: HostFn = Arc::new(move |args: &[Array]| sequential(&inner2, args, &flags, b));
-            (register(Entry { f, name: inner.name.clone(), what: inner.what, avals: avals.clone() }), xs.to_vec())
+            (register(Entry { f, name: inner.name.clone(), what: inner.what, avals: avals.clone(), site: inner.site.clone() }), xs.to_vec())
         }
         VmapMethod::ExpandDims | VmapMethod::LegacyVectorized | VmapMethod::BroadcastAll => {
             let args = xs
@@ -299,7 +303,7 @@ pub(crate) fn batch(p: &Primitive, xs: &[Array], batched: &[bool], b: usize, loc
                 })
                 .collect::<Result<Vec<_>>>()?;
             let f = inner.f.clone();
-            (register(Entry { f, name: inner.name.clone(), what: inner.what, avals: avals.clone() }), args)
+            (register(Entry { f, name: inner.name.clone(), what: inner.what, avals: avals.clone(), site: inner.site.clone() }), args)
         }
     };
     let prim = match p {
