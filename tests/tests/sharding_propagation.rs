@@ -220,6 +220,8 @@ fn in_shardings_refuse_a_committed_argument_laid_out_otherwise() {
     let x = device_put(&host, here.clone()).unwrap();
     let f = jit(|a: Array| a * 2.0).in_shardings(vec![Some(there.clone())]);
     let e = f.call(&x).unwrap_err();
+    // It names the call's line (fresh user F10 F3: no line at all).
+    assert_eq!(e.location.as_ref().map(|l| (l.file.ends_with("sharding_propagation.rs"), l.line)), Some((true, line!() - 2)), "{:?}", e.location);
     assert_eq!(e.kind, ErrorKind::Value);
     assert_eq!(
         e.message,

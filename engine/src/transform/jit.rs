@@ -551,7 +551,9 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     #[track_caller]
     pub fn call(&self, args: impl Args<A>) -> Result<R> {
         let loc = Location::caller();
-        let r = self.call_at(args, loc);
+        // An error that names no user line (placing the arguments, a callback's failure
+        // from compiled code) names the call's, as JAX's traceback does.
+        let r = self.call_at(args, loc).map_err(|e| e.at(Some(source_info(loc))));
         if let Err(e) = &r {
             // A magic inspecting this call shows why it failed (`%jaxpr f.call(&x)` on a
             // function whose trace fails).
