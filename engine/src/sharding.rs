@@ -921,7 +921,7 @@ pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
         PutTarget::Spec(spec) => {
             let mesh = get_mesh().ok_or_else(|| {
                 Error::value_error(format!(
-                    "device_put with a PartitionSpec {spec:?} needs a mesh: call set_mesh(&mesh) first or pass a NamedSharding"
+                    "Please set a mesh via `set_mesh` if a PartitionSpec is passed to device_put (got {spec:?}; or pass a NamedSharding)"
                 ))
             })?;
             Sharding::Named(NamedSharding::new(&mesh, spec)?)

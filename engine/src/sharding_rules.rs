@@ -484,8 +484,15 @@ pub(crate) fn with_out_sharding<T>(f: impl FnOnce() -> T) -> T {
 /// unchanged there. Errors: as `device_put` (no mesh set, divisibility); inside `jit`, a
 /// spec longer than `x`'s rank (`ValueError`).
 pub fn with_sharding_constraint(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
+    let target = target.into();
+    if matches!(target, PutTarget::Spec(_)) && crate::sharding::get_mesh().is_none() {
+        // JAX 0.10.2's text.
+        return Err(Error::runtime(
+            "with_sharding_constraint requires a non-empty mesh in context if you are passing `PartitionSpec`s to shardings. You can define a context mesh via `set_mesh(&mesh)`. Alternatively, provide `Sharding`s to shardings and then the mesh context manager is not required.",
+        ));
+    }
     if x.is_tracer() {
-        let ns = match target.into() {
+        let ns = match target {
             PutTarget::Sharding(Sharding::Named(ns)) => ns,
             PutTarget::Spec(spec) => match crate::sharding::get_mesh() {
                 Some(m) => NamedSharding::new(&m, spec)?,
@@ -509,6 +516,13 @@ pub fn with_sharding_constraint(x: &Array, target: impl Into<PutTarget>) -> Resu
 /// `PartitionSpec` on the current mesh), moving data between devices as needed. Values are
 /// unchanged. Inside `jit`, as `with_sharding_constraint`. Errors: as `device_put`.
 pub fn reshard(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
+    let target = target.into();
+    if let (PutTarget::Spec(spec), None) = (&target, crate::sharding::get_mesh()) {
+        // JAX 0.10.2's text.
+        return Err(Error::value_error(format!(
+            "Using PartitionSpec when you are not under a mesh context is not allowed. Please pass a NamedSharding instance or enter into a mesh context via `set_mesh`. Got {spec:?}"
+        )));
+    }
     with_sharding_constraint(x, target)
 }
 

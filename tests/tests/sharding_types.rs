@@ -171,3 +171,20 @@ fn pinned_host_values_stay_in_host_memory() {
     let hv: Vec<f32> = (0..4).map(|i| (i as f32).sin() + i as f32).collect();
     assert_eq!(r.to_vec::<f32>().unwrap(), hv);
 }
+
+/// A `PartitionSpec` with no mesh set (this binary never sets one): JAX 0.10.2's texts,
+/// each naming the API that was called (fresh user F10: `reshard` spoke of `device_put`).
+#[test]
+fn a_spec_without_a_mesh_is_an_error_naming_the_api() {
+    eight_cpu_devices();
+    let x = arange(8);
+    let e = reshard(&x, P!("X")).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: Using PartitionSpec when you are not under a mesh context is not allowed. Please pass a NamedSharding instance or enter into a mesh context via `set_mesh`. Got P('X',)");
+    let e = with_sharding_constraint(&x, P!("X")).unwrap_err();
+    assert!(e.to_string().starts_with("RuntimeError: with_sharding_constraint requires a non-empty mesh in context if you are passing `PartitionSpec`s"), "{e}");
+    // Under jit too (it was silently ignored there).
+    let e = jit(|x: Array| with_sharding_constraint(&(x * 2.0), P!("X"))).call(&x).unwrap_err();
+    assert!(e.message.starts_with("with_sharding_constraint requires a non-empty mesh"), "{e}");
+    let e = device_put(&x, P!("X")).unwrap_err();
+    assert!(e.to_string().starts_with("ValueError: Please set a mesh via `set_mesh` if a PartitionSpec is passed to device_put"), "{e}");
+}
