@@ -302,3 +302,21 @@ fn static_fields_of_a_struct_play_static_argnames() {
     close(&f.call((&x, o(3))).unwrap().to_vec::<f64>().unwrap(), &[8.0, 54.0], 0.0);
     assert_eq!(f.cache_size(), 2);
 }
+
+/// A builder method on a clone (the function shared) makes a new jitted function instead
+/// of panicking (fresh user F10 F8: `in_shardings must be called right after jit`); the
+/// original keeps its settings and caches.
+#[test]
+fn builder_methods_on_a_shared_function_make_a_new_one() {
+    let f = jit(|x: Array| x * 2.0).with_name("double");
+    let x = jnp::arange(4.0);
+    assert_eq!(f.call(&x).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 2.0, 4.0, 6.0]);
+    let g = f.clone().with_name("twice").donate_argnums(&[0]).compiler_options(&[("opt_level", "1")]);
+    assert!(g.lower(&x).unwrap().as_text().contains("module @jit_twice"));
+    assert!(f.lower(&x).unwrap().as_text().contains("module @jit_double"));
+    let y = jnp::arange(4.0) + 1.0;
+    assert_eq!(g.call(&y).unwrap().to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
+    assert!(y.is_deleted(), "g donates its argument");
+    assert_eq!(f.call(&x).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 2.0, 4.0, 6.0]);
+    assert!(!x.is_deleted(), "f does not");
+}

@@ -192,7 +192,7 @@ pub(crate) struct JitShardings {
 }
 
 pub(crate) struct JitInner<A, R> {
-    f: Box<dyn Fn(A) -> Result<R>>,
+    f: Arc<dyn Fn(A) -> Result<R>>,
     pub(crate) name: String,
     pub(crate) site: SourceInfo,
     id: u64,
@@ -290,12 +290,11 @@ where
     O: TraceOutput,
     F: Fn(A) -> O + 'static,
 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let site = source_info(Location::caller());
-    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = next_jit_id();
     Jitted {
         inner: Arc::new(JitInner {
-            f: Box::new(move |a| f(a).into_result()),
+            f: Arc::new(move |a| f(a).into_result()),
             name: default_name::<F>(),
             site,
             id,
@@ -311,11 +310,37 @@ where
     }
 }
 
+/// A fresh id for a jitted function.
+fn next_jit_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl<A: Pytree, R: Pytree> Jitted<A, R> {
+    /// This function's settings changed by `change`. Unshared (right after `jit`) it is
+    /// changed in place; a function shared by clones becomes a new jitted function of the
+    /// same Rust function with its own id and empty caches (as JAX's `jit(f, ...)` with
+    /// other options is another function), and the clones keep theirs.
+    fn with_inner(self, change: impl FnOnce(JitInner<A, R>) -> JitInner<A, R>) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| JitInner {
+            f: shared.f.clone(),
+            name: shared.name.clone(),
+            site: shared.site.clone(),
+            id: next_jit_id(),
+            donate_argnums: shared.donate_argnums.clone(),
+            static_argnums: shared.static_argnums.clone(),
+            compiler_options: shared.compiler_options.clone(),
+            shardings: shared.shardings.clone(),
+            cache: Mutex::new(HashMap::new()),
+            seen: Mutex::new(Vec::new()),
+            api: shared.api,
+        });
+        Jitted { inner: Arc::new(change(inner)), _p: PhantomData }
+    }
+
     /// The same function under another name (`module @jit_<name>`).
     pub fn with_name(self, name: &str) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("with_name must be called right after jit"));
-        Jitted { inner: Arc::new(JitInner { name: name.to_string(), ..inner }), _p: PhantomData }
+        self.with_inner(|inner| JitInner { name: name.to_string(), ..inner })
     }
 
     /// Donates the arguments at positions `argnums` (JAX's `donate_argnums`; positions in
@@ -326,10 +351,10 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// `RuntimeError: Array has been deleted with shape=float32[2,3].`). Donated leaves
     /// without such an output stay usable and are reported once per compilation
     /// (`UserWarning: Some donated buffers were not usable: float32[3].`).
-    /// Must be called right after `jit` (panics once the function is shared).
+    /// On a function shared by clones it makes a new jitted function (its own id and
+    /// caches); the clones keep theirs.
     pub fn donate_argnums(self, argnums: &[usize]) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("donate_argnums must be called right after jit"));
-        Jitted { inner: Arc::new(JitInner { donate_argnums: argnums.to_vec(), ..inner }), _p: PhantomData }
+        self.with_inner(|inner| JitInner { donate_argnums: argnums.to_vec(), ..inner })
     }
 
     /// Compiler options for this function (JAX's `jax.jit(f, compiler_options={...})`),
@@ -337,11 +362,11 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// `Lowered::compile_with` (`opt_level` 0–3, `optimization_level` O0–O3). They
     /// override `JAXREPL_FLAGS` and are part of the executable-cache key. As in JAX an
     /// unknown option is an error at the first call (`No such compile option: 'name'`).
-    /// Must be called right after `jit` (panics once the function is shared).
+    /// On a function shared by clones it makes a new jitted function (its own id and
+    /// caches); the clones keep theirs.
     pub fn compiler_options(self, options: &[(&str, &str)]) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("compiler_options must be called right after jit"));
         let compiler_options = options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Jitted { inner: Arc::new(JitInner { compiler_options, ..inner }), _p: PhantomData }
+        self.with_inner(|inner| JitInner { compiler_options, ..inner })
     }
 
     /// JAX's `jit(f, in_shardings=…)`: argument `i` (a position in the argument tuple, 0
@@ -355,20 +380,20 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// single-device array onto `P()`, or to another device), as in JAX.
     /// Errors at the call: those, a memory kind that differs on a committed argument
     /// (JAX's text), and `device_put`'s.
-    /// Must be called right after `jit` (panics once the function is shared).
+    /// On a function shared by clones it makes a new jitted function (its own id and
+    /// caches); the clones keep theirs.
     pub fn in_shardings<T: Into<crate::sharding::PutTarget>>(self, shardings: Vec<Option<T>>) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("in_shardings must be called right after jit"));
         let ins = shardings.into_iter().map(|s| s.map(Into::into)).collect();
-        Jitted { inner: Arc::new(JitInner { shardings: JitShardings { ins: Some(ins), ..inner.shardings.clone() }, ..inner }), _p: PhantomData }
+        self.with_inner(|inner| JitInner { shardings: JitShardings { ins: Some(ins), ..inner.shardings.clone() }, ..inner })
     }
 
     /// JAX's `jit(f, out_shardings=…)`: output leaf `i` is laid out as `shardings[i]` (one
     /// entry applies to every output). The values are the single-device result's.
-    /// Must be called right after `jit` (panics once the function is shared).
+    /// On a function shared by clones it makes a new jitted function (its own id and
+    /// caches); the clones keep theirs.
     pub fn out_shardings<T: Into<crate::sharding::PutTarget>>(self, shardings: Vec<T>) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("out_shardings must be called right after jit"));
         let outs = shardings.into_iter().map(Into::into).collect();
-        Jitted { inner: Arc::new(JitInner { shardings: JitShardings { outs: Some(outs), ..inner.shardings.clone() }, ..inner }), _p: PhantomData }
+        self.with_inner(|inner| JitInner { shardings: JitShardings { outs: Some(outs), ..inner.shardings.clone() }, ..inner })
     }
 
     /// Places the flat argument leaves per `in_shardings`.
@@ -497,10 +522,10 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
     /// Errors at call time (`ValueError`): a position past the last argument (`Jitted
     /// function has static_argnums=(5,), but only accepts 2 positional arguments.`), or
     /// a position holding an `Array` (not hashable, as in JAX).
-    /// Must be called right after `jit` (panics once the function is shared).
+    /// On a function shared by clones it makes a new jitted function (its own id and
+    /// caches); the clones keep theirs.
     pub fn static_argnums(self, argnums: &[usize]) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("static_argnums must be called right after jit"));
-        Jitted { inner: Arc::new(JitInner { static_argnums: argnums.to_vec(), ..inner }), _p: PhantomData }
+        self.with_inner(|inner| JitInner { static_argnums: argnums.to_vec(), ..inner })
     }
 
     /// Flattens `args`, applying `static_argnums`.
@@ -1405,11 +1430,7 @@ where
     O: TraceOutput,
     F: Fn(A) -> O + 'static,
 {
-    let j = jit(f);
-    let j = match Arc::try_unwrap(j.inner) {
-        Ok(inner) => Jitted { inner: Arc::new(JitInner { api: "make_jaxpr", ..inner }), _p: PhantomData },
-        Err(inner) => Jitted { inner, _p: PhantomData },
-    };
+    let j = jit(f).with_inner(|inner| JitInner { api: "make_jaxpr", ..inner });
     let t = j.trace(args)?;
     Ok(t.jaxpr().clone())
 }
