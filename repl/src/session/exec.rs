@@ -427,7 +427,9 @@ impl Session {
                 ExecStatus::Error
             }
             Ok(Err(other)) => {
-                sink(render::simple_error("Error", other.to_string()));
+                let text = other.to_string();
+                let note = render::unpersistable_note(&text).map(|n| format!("\nnote: {n}")).unwrap_or_default();
+                sink(render::simple_error("Error", format!("{text}{note}")));
                 ExecStatus::Error
             }
             Err(()) => {

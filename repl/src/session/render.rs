@@ -470,6 +470,19 @@ fn magic_after_expression_note(message: &str, cell: &str) -> Option<String> {
     )).filter(|_| !above.trim_end().ends_with(';'))
 }
 
+/// The note for evcxr's "The variable `vf` has type `impl Fn(..)` which cannot be
+/// persisted" (or "is a closure"): a `let` of a transformation's result (`vmap`, `grad`,
+/// `value_and_grad`, …: an unnamed closure type) cannot be kept between cells. evcxr's own
+/// hint (`Box<dyn YourType>`) does not help there.
+pub fn unpersistable_note(message: &str) -> Option<String> {
+    let var = message.strip_prefix("The variable `")?.split('`').next()?;
+    (message.contains("which cannot be persisted") && (message.contains("impl Fn") || message.contains("is a closure"))).then(|| {
+        format!(
+            "`{var}` is a function value whose type Rust does not name (what `vmap`, `grad` or a closure returns), so              it cannot be kept for later cells: wrap it in `jit(..)` (a `Jitted` is kept; call it with `.call(..)`),              use it within this cell (inside `{{ .. }}`), or write it as a `fn` item"
+        )
+    })
+}
+
 /// A plain error output with a one-line traceback.
 pub fn simple_error(ename: &str, evalue: impl Into<String>) -> Output {
     let evalue = evalue.into();
@@ -531,6 +544,15 @@ mod tests {
         assert!(scalar_operand_note("cannot multiply `Array` by `usize`").unwrap().contains("not `usize`"));
         assert_eq!(scalar_operand_note("cannot add `f64` to `Array`"), None);
         assert_eq!(scalar_operand_note("cannot add `f32` to `String`"), None);
+    }
+
+    #[test]
+    fn an_unpersistable_transformed_function_gets_a_note() {
+        // evcxr 0.22's text for `let vf = vmap(|x: Array| ..);` at the top of a cell.
+        let msg = "The variable `vf` has type `impl Fn(Array) -> Result<Array, jax::Error> + '_` which cannot be persisted.\nYou might be able to fix this by creating a `Box<dyn YourType>`. e.g.\nlet v: Box<dyn core::fmt::Debug> = Box::new(foo());";
+        let note = unpersistable_note(msg).unwrap();
+        assert!(note.starts_with("`vf` is a function value") && note.contains("wrap it in `jit(..)`"), "{note}");
+        assert_eq!(unpersistable_note("The variable `s` has type `MyStruct<'a>` which cannot be persisted."), None);
     }
 
     #[test]
