@@ -233,3 +233,28 @@ fn unpartitionable_body_runs_eagerly_and_magics_explain() {
     assert!(c.starts_with("// jaxrepl: this call ran equation by equation: the partitioner could not take it"), "{c}");
     assert!(c.contains("// shard_map 1 on Mesh('i': 2") && c.contains("psum"), "{c}");
 }
+
+/// An argument committed to a mesh of other devices is JAX 0.10.2's "Received
+/// incompatible devices" error (eager and under jit), not a silent move (fresh user F10
+/// F9); an argument on the shard_map's own devices, or uncommitted, runs.
+#[test]
+fn an_argument_committed_to_other_devices_is_an_error() {
+    eight_cpu_devices();
+    let m8 = make_mesh(&[8], &["i"], None).unwrap();
+    let m4 = Mesh::new(&jax::devices()[..4], &[4], &["i"], vec![AxisType::Explicit]).unwrap();
+    let x8 = device_put(&jnp::arange(8.0), NamedSharding::new(&m8, P!("i")).unwrap()).unwrap();
+    let sm = shard_map(|x: Array| x * 2.0, Some(&m4), P!("i"), P!("i"));
+    let e = sm.call(&x8).unwrap_err();
+    assert!(
+        e.message.starts_with("Received incompatible devices for jitted computation. Got argument args[0] of ")
+            && e.message.ends_with("with shape float32[8@i] and with device ids [0, 1, 2, 3, 4, 5, 6, 7] on platform CPU and shard_map inside jit with device ids [0, 1, 2, 3] on platform CPU"),
+        "{e}"
+    );
+    let sm2 = sm.clone();
+    let e = jit(move |x: Array| sm2.call(x)).call(&x8).unwrap_err();
+    assert!(e.message.starts_with("Received incompatible devices for jitted computation."), "{e}");
+    let x4 = device_put(&jnp::arange(8.0), NamedSharding::new(&m4, P!("i")).unwrap()).unwrap();
+    assert_eq!(sm.call(&x4).unwrap().to_vec::<f32>().unwrap(), (0..8).map(|v| 2.0 * v as f32).collect::<Vec<_>>());
+    let sm3 = sm.clone();
+    assert_eq!(jit(move |x: Array| sm3.call(x)).call(&jnp::arange(8.0)).unwrap().to_vec::<f32>().unwrap()[7], 14.0);
+}

@@ -610,6 +610,15 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             crate::magic::note_typed(typed_jaxpr(&entry.jaxpr, &flat));
         }
         if entry.has_shard_map {
+            for e in &entry.jaxpr.jaxpr.eqns {
+                if let crate::ir::Primitive::ShardMap(sm) = &e.primitive {
+                    let ins = flat.leaves.iter().filter_map(|l| match l {
+                        ArgLeaf::Value(a) => a.device(),
+                        ArgLeaf::Spec(_) => None,
+                    });
+                    crate::transform::shard_map::check_arg_devices(&sm.mesh, ins, &self.inner.name, |i| format!("args[{i}]"))?;
+                }
+            }
             // shard_map (issue 6): the partitioner inlines its body (a per-device program
             // cut at its collectives into compiled segments, `partition.rs`); a program it
             // cannot take runs equation by equation, the body per device.

@@ -398,11 +398,45 @@ fn check_replication(j: &Jaxpr, in_specs: &[PartitionSpec], out_specs: &[Partiti
 
 // ---------------------------------------------------------------- execution
 
+/// JAX's check of the arguments of a computation holding a `shard_map` over `mesh`: an
+/// argument committed to a mesh of other devices (sharded over 8 devices into a shard_map
+/// over 4) is an error, not a silent move. `arg_name(i)` names input `i`.
+/// Errors: JAX 0.10.2's `ValueError: Received incompatible devices for jitted computation.
+/// Got argument x of f with shape float32[8@i] and with device ids [0, …, 7] on platform
+/// CPU and shard_map inside jit with device ids [0, 1, 2, 3] on platform CPU`.
+pub(crate) fn check_arg_devices<'a>(
+    mesh: &Mesh,
+    inputs: impl Iterator<Item = &'a Arc<DeviceArray>>,
+    fun_name: &str,
+    arg_name: impl Fn(usize) -> String,
+) -> Result<()> {
+    let mut want: Vec<u32> = mesh.device_ids().to_vec();
+    want.sort_unstable();
+    for (i, d) in inputs.enumerate() {
+        let Some(sh) = d.sharded_info().filter(|_| d.placement.committed) else { continue };
+        let mut have: Vec<u32> = sh.sharding.mesh.device_ids().to_vec();
+        have.sort_unstable();
+        if have != want {
+            return Err(Error::value_error(format!(
+                "Received incompatible devices for jitted computation. Got argument {} of {fun_name} with shape {} and with \
+                 device ids {:?} on platform CPU and shard_map inside jit with device ids {:?} on platform CPU",
+                arg_name(i),
+                crate::sharding::type_text(d),
+                sh.sharding.mesh.device_ids(),
+                mesh.device_ids()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Runs a `shard_map` equation on concrete operands: blocks per device, the body on one
 /// thread per device, results assembled as sharded arrays.
-/// Errors: the first device's error (in mesh order) other than "another device failed".
+/// Errors: an argument committed to other devices (`check_arg_devices`); the first
+/// device's error (in mesh order) other than "another device failed".
 pub(crate) fn execute(p: &ShardMapParams, inputs: &[Arc<DeviceArray>]) -> Result<Vec<Array>> {
     let mesh = &p.mesh;
+    check_arg_devices(mesh, inputs.iter(), &p.name, |i| format!("args[{i}]"))?;
     let n = mesh.size();
     let mut blocks: Vec<Vec<Arc<DeviceArray>>> = Vec::with_capacity(inputs.len());
     for (x, spec) in inputs.iter().zip(&p.in_specs) {
