@@ -914,19 +914,7 @@ pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
         Repr::Device(d) => d.clone(),
     };
     device_count();
-    let sharding = match target {
-        PutTarget::Memory(kind) => x.sharding()?.with_memory_kind(kind.name())?,
-        PutTarget::Device(d) => Sharding::Single(SingleDeviceSharding { device: Device::new(d.id as usize)?, memory_kind: MemoryKind::Device }),
-        PutTarget::Sharding(s) => s,
-        PutTarget::Spec(spec) => {
-            let mesh = get_mesh().ok_or_else(|| {
-                Error::value_error(format!(
-                    "Please set a mesh via `set_mesh` if a PartitionSpec is passed to device_put (got {spec:?}; or pass a NamedSharding)"
-                ))
-            })?;
-            Sharding::Named(NamedSharding::new(&mesh, spec)?)
-        }
-    };
+    let sharding = target_sharding(x, &target)?;
     let kind = sharding.memory_kind();
     match sharding {
         Sharding::Single(s) => Ok(Array::from_device(put_on(&src, s.device.id, true, kind))),
@@ -1136,6 +1124,26 @@ pub(crate) fn placed_as(x: &Array, target: &PutTarget) -> bool {
     }
 }
 
+/// The sharding `device_put(x, target)` lays `x` out as: a device's single-device
+/// sharding, a spec on the mesh of `set_mesh`, `x`'s own layout in another memory kind.
+/// Errors: a `PartitionSpec` with no mesh set (JAX's text), a device past the last, a spec
+/// that does not fit the mesh, an unknown memory kind; `x` a tracer for a memory target.
+fn target_sharding(x: &Array, target: &PutTarget) -> Result<Sharding> {
+    Ok(match target {
+        PutTarget::Memory(kind) => x.sharding()?.with_memory_kind(kind.name())?,
+        PutTarget::Device(d) => Sharding::Single(SingleDeviceSharding::new(Device::new(d.id as usize)?)),
+        PutTarget::Sharding(s) => s.clone(),
+        PutTarget::Spec(spec) => {
+            let mesh = get_mesh().ok_or_else(|| {
+                Error::value_error(format!(
+                    "Please set a mesh via `set_mesh` if a PartitionSpec is passed to device_put (got {spec:?}; or pass a NamedSharding)"
+                ))
+            })?;
+            Sharding::Named(NamedSharding::new(&mesh, spec.clone())?)
+        }
+    })
+}
+
 /// JAX's check of a committed `jit` argument against its `in_shardings` entry
 /// (`pjit._resolve_in_shardings`, JAX 0.10.2): an uncommitted argument is placed as
 /// asked, but a committed one whose layout differs is an error, not a silent reshard
@@ -1151,19 +1159,8 @@ pub(crate) fn check_committed_arg(x: &Array, target: &PutTarget) -> Result<()> {
         return Ok(());
     }
     let Ok(have) = x.sharding() else { return Ok(()) };
-    let want = match target {
-        PutTarget::Device(d) => Sharding::Single(SingleDeviceSharding::new(*d)),
-        PutTarget::Sharding(s) => s.clone(),
-        // Without a mesh device_put gives its own error.
-        PutTarget::Spec(spec) => match get_mesh().map(|m| NamedSharding::new(&m, spec.clone())) {
-            Some(Ok(ns)) => Sharding::Named(ns),
-            _ => return Ok(()),
-        },
-        PutTarget::Memory(k) => match have.with_memory_kind(k.name()) {
-            Ok(s) => s,
-            Err(_) => return Ok(()),
-        },
-    };
+    // A target that cannot be resolved: device_put, called next, reports it.
+    let Ok(want) = target_sharding(x, target) else { return Ok(()) };
     let shape = x.shape();
     // Per mesh position, the block held; `None` when the layout cannot hold this shape
     // (device_put reports the divisibility or rank error).
