@@ -22,6 +22,7 @@ pub mod runtime;
 pub mod sharding;
 pub(crate) mod sharding_rules;
 pub(crate) mod sharding_types;
+pub mod sharding_axes;
 pub(crate) mod partition;
 pub mod trace;
 pub mod transform;

@@ -24,6 +24,8 @@ pub use crate::sharding::{
 // JAX's `jax.memory.Space`: `device_put(&x, MemoryKind::PinnedHost)`.
 pub use crate::sharding::MemoryKind;
 pub use crate::sharding::{dot_out_sharding, reshard, visualize_mesh, with_sharding_constraint};
+/// Mixed sharding modes (`jax.sharding.auto_axes`, `explicit_axes`, `get_abstract_mesh`).
+pub use crate::sharding_axes::{auto_axes, explicit_axes, get_abstract_mesh, AbstractMesh, AxesMapped};
 pub use crate::trace::pytree::Static;
 pub use crate::tree::{self, Pytree, TreeDef};
 pub use crate::trace::Array;

@@ -1254,7 +1254,8 @@ fn sharded_type_text(aval: &ShapedArray, ns: &NamedSharding) -> String {
 
 /// The type of an array as `jax.typeof` shows it: `{}` gives `float32[8@x]` (dimensions
 /// split over `Explicit` mesh axes carry `@axis`; an array in pinned host memory
-/// `float32<host>[8]`), `{:?}` gives `ShapedArray(float32[8@x])`.
+/// `float32<host>[8]`; weakly typed `~float32[8]`), `{:?}` gives `ShapedArray(float32[8@x])`
+/// (`ShapedArray(float32[8], weak_type=True)`), as JAX's str and repr.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ArrayType {
     /// Shape, dtype, weak type.
@@ -1277,7 +1278,12 @@ impl fmt::Display for ArrayType {
 }
 impl fmt::Debug for ArrayType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ShapedArray({self})")
+        // JAX's repr: `ShapedArray(float32[8@x], weak_type=True)` (`~` only in the str).
+        let shown = self.to_string();
+        match shown.strip_prefix('~') {
+            Some(t) => write!(f, "ShapedArray({t}, weak_type=True)"),
+            None => write!(f, "ShapedArray({shown})"),
+        }
     }
 }
 
@@ -1285,7 +1291,18 @@ impl fmt::Debug for ArrayType {
 pub fn typeof_(x: &Array) -> ArrayType {
     match &x.0 {
         Repr::Device(d) => ArrayType { aval: d.aval.clone(), sharding: d.sharded_info().map(|s| s.sharding.clone()), memory_kind: d.memory_kind },
-        Repr::Tracer(_) => ArrayType { aval: x.aval(), sharding: None, memory_kind: MemoryKind::Device },
+        Repr::Tracer(t) => {
+            let plain = ArrayType { aval: x.aval(), sharding: None, memory_kind: MemoryKind::Device };
+            let Some((j, values)) = crate::trace::partial_jaxpr_with_values(t) else { return plain };
+            match crate::sharding_types::traced_value_type(&j, &values, get_mesh()) {
+                Some((mesh, spec, host)) => ArrayType {
+                    aval: x.aval(),
+                    sharding: mesh.map(|m| NamedSharding { mesh: crate::sharding_axes::axes_in_scope(&m), spec, memory_kind: MemoryKind::Device }),
+                    memory_kind: if host { MemoryKind::PinnedHost } else { MemoryKind::Device },
+                },
+                None => plain,
+            }
+        }
     }
 }
 

@@ -81,6 +81,37 @@ fn types_of<'a>(jaxpr: &Jaxpr, leaf: impl Fn(usize) -> Option<&'a DeviceArray>) 
     Some(InTypes { mesh, dims, host })
 }
 
+/// The type of `jaxpr`'s one output (a trace's value so far, `trace::partial_jaxpr`) when
+/// invar i holds `values[i]`: the mesh of the first sharded value (of any axis types; else
+/// `fallback`, the mesh set by `set_mesh`, where a `sharding_constraint` may shard it), the
+/// output's spec on it (propagated by the sharding rules; values on another mesh count as
+/// unsharded) and whether it is in pinned host memory. `None` with no mesh and no value in
+/// pinned host memory. This is `typeof_` of a tracer inside `jit` (JAX keeps shardings
+/// in avals; we derive them on demand).
+pub(crate) fn traced_value_type(jaxpr: &Jaxpr, values: &[Option<Arc<DeviceArray>>], fallback: Option<Mesh>) -> Option<(Option<Mesh>, crate::sharding::PartitionSpec, bool)> {
+    let leaf = |i: usize| values.get(i).and_then(|v| v.as_deref());
+    let mesh = (0..jaxpr.invars.len()).filter_map(leaf).find_map(|d| d.sharded_info().map(|s| s.sharding.mesh.clone())).or(fallback);
+    let host: Vec<bool> = (0..jaxpr.invars.len()).map(|i| leaf(i).is_some_and(|d| d.memory_kind == MemoryKind::PinnedHost)).collect();
+    if mesh.is_none() && !host.iter().any(|h| *h) {
+        return None;
+    }
+    let ins: Vec<Note> = jaxpr
+        .invars
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let dims = match (leaf(i).and_then(|d| d.sharded_info()), &mesh) {
+                (Some(s), Some(m)) if &s.sharding.mesh == m => dims_of(&s.sharding.spec, v.aval.ndim()),
+                _ => vec![vec![]; v.aval.ndim()],
+            };
+            Note { dims, host: host[i] }
+        })
+        .collect();
+    let mut w = Walk { mesh: mesh.as_ref(), seen: HashMap::new(), strict: false, error: None };
+    let out = w.jaxpr(jaxpr, &ins).pop()?;
+    Some((mesh, crate::sharding_rules::spec_of(&out.dims), out.host))
+}
+
 /// JAX's default memory-space rule (`lax.utils._default_memory_space_rule`): the operands
 /// of rank > 0 must all be in one space, which the results get; with none, device.
 /// `types(i)` is operand i's type text for the error. Errors: JAX's `ValueError: memory_space

@@ -3,7 +3,8 @@ and %sharding tables byte-identical to JAX's (inventory §6.2 item 5) with an HT
 carrying per-device bytes, %mesh, shards of a replicated layout, propagation through
 broadcasting adds and reductions (values equal to the single-device run), JAX's
 explicit-sharding errors (ambiguous contraction, illegal result) and their fixes,
-in_shardings/out_shardings and inspect_array_sharding inside jit."""
+in_shardings/out_shardings, inspect_array_sharding and typeof_ inside jit, auto_axes and
+explicit_axes (JAX 0.10.2's texts)."""
 import re
 
 import pytest
@@ -180,6 +181,38 @@ def test_illegal_result_and_fix(nb):
     assert text.splitlines()[0] == "int32[4@X,4]"
     nums = [int(v) for v in re.findall(r"-?\d+", "\n".join(text.splitlines()[1:]).split("dtype")[0])]
     assert nums == [2 * v for v in range(16)], text
+
+
+def test_auto_axes(nb):
+    # JAX 0.10.2: auto_axes(add)(r, k, out_sharding=P("X", None)) → int32[4@X,4]; inside,
+    # the mesh is Auto and the argument's type plain.
+    text = lines(cell_with(nb, "let add_auto = auto_axes("))
+    assert text[:3] == [
+        "inside: AbstractMesh('X': 4, 'Y': 2, axis_types=(Auto, Auto), device_kind=cpu, num_cores=None, platform=cpu)",
+        "p inside: int32[4,4]",
+        "Result type: int32[4@X,4]",
+    ], text
+    nums = [int(v) for v in re.findall(r"-?\d+", "\n".join(text[3:]).split("dtype")[0])]
+    assert nums == [2 * v for v in range(16)], text
+
+
+def test_typeof_inside_jit(nb):
+    text = lines(cell_with(nb, "let h = jit("))
+    assert text == ["x: float32[8@X,4@Y]   sin(x).T: float32[4@Y,8@X]", "ShapedArray(float32[4@Y,8@X])"], text
+
+
+def test_explicit_axes_in_an_auto_jit(nb):
+    # JAX 0.10.2's explicit-sharding page example (mesh (2, 4), Auto), texts as printed there.
+    text = lines(cell_with(nb, "let g = explicit_axes("))
+    am = "AbstractMesh('X': 2, 'Y': 4, axis_types=({0}, {0}), device_kind=cpu, num_cores=None, platform=cpu)"
+    assert text == [
+        "mesh inside f: " + am.format("Auto"),
+        "mesh inside g: " + am.format("Explicit"),
+        "y inside g: ShapedArray(float32[4@X,4@Y])",
+        "z after g: ShapedArray(float32[4,4])",
+        "float32[4,4]  NamedSharding(mesh=Mesh('X': 2, 'Y': 4, axis_types=(Auto, Auto)), spec=P('X', 'Y'), "
+        "memory_kind=device)",
+    ], text
 
 
 def test_in_and_out_shardings(nb):

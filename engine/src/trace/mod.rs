@@ -49,6 +49,10 @@ pub struct Builder {
     pub error: Option<Error>,
     /// Cloned into each tracer of this trace (leak detection).
     token: Arc<()>,
+    /// The concrete arguments of a `jit` trace, one per invar (`None`: a spec), when some
+    /// is sharded or in pinned host memory: `typeof_` of a tracer propagates their types
+    /// through the equations traced so far (`set_arg_values`).
+    arg_values: Vec<Option<Arc<crate::runtime::DeviceArray>>>,
 }
 
 thread_local! {
@@ -89,6 +93,7 @@ pub fn push_trace(name: &str, in_avals: &[ShapedArray], arg_names: Vec<String>) 
         next_var: 0,
         error: None,
         token: Arc::new(()),
+        arg_values: vec![],
     };
     let token = b.token.clone();
     let tracers = in_avals
@@ -101,6 +106,45 @@ pub fn push_trace(name: &str, in_avals: &[ShapedArray], arg_names: Vec<String>) 
         .collect();
     STACK.with(|s| s.borrow_mut().push(b));
     (id, tracers)
+}
+
+/// Records trace `id`'s concrete arguments (one per invar) for `typeof_` of its tracers.
+pub(crate) fn set_arg_values(id: u64, values: Vec<Option<Arc<crate::runtime::DeviceArray>>>) {
+    STACK.with(|s| {
+        if let Some(b) = s.borrow_mut().iter_mut().find(|b| b.id == id) {
+            b.arg_values = values;
+        }
+    });
+}
+
+/// `partial_jaxpr(t)` with the trace's constants as leading invars, and the concrete
+/// values of its invars (the constants, then the arguments recorded by `set_arg_values`,
+/// `None` where not recorded); `None` when `t`'s trace has ended.
+pub(crate) fn partial_jaxpr_with_values(t: &Tracer) -> Option<(Jaxpr, Vec<Option<Arc<crate::runtime::DeviceArray>>>)> {
+    let (_, mut j) = partial_jaxpr(t)?;
+    let values = STACK.with(|s| {
+        let s = s.borrow();
+        let b = s.iter().find(|b| b.id == t.trace_id)?;
+        let mut v: Vec<Option<Arc<crate::runtime::DeviceArray>>> = b.consts.iter().map(|(_, a)| a.device().cloned()).collect();
+        v.extend((0..b.invars.len()).map(|i| b.arg_values.get(i).cloned().flatten()));
+        Some(v)
+    })?;
+    let mut invars = std::mem::take(&mut j.constvars);
+    invars.append(&mut j.invars);
+    j.invars = invars;
+    Some((j, values))
+}
+
+/// The mesh of the first sharded argument of the innermost trace with recorded
+/// arguments (`set_arg_values`): inside `jit`, the mesh the call's arguments are on.
+pub(crate) fn traced_args_mesh() -> Option<crate::sharding::Mesh> {
+    STACK.with(|s| {
+        s.borrow()
+            .iter()
+            .rev()
+            .find(|b| !b.arg_values.is_empty())
+            .and_then(|b| b.arg_values.iter().flatten().find_map(|d| d.sharded_info().map(|i| i.sharding.mesh.clone())))
+    })
 }
 
 /// Ends the innermost trace, making a jaxpr whose outputs are `outs`.

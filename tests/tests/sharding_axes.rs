@@ -1,0 +1,195 @@
+//! Mixed sharding modes (issue 6; JAX's explicit-sharding page, inventory §6.2 items
+//! 12, 16, 18, 19 and §6.3 example 5), with 8 simulated CPU devices: `typeof_` of a
+//! traced value inside `jit` shows the sharding its arguments give it, `auto_axes` and
+//! `explicit_axes` switch axis types for part of a program, eagerly and inside `jit`, and
+//! `get_abstract_mesh` shows the axis types in force. Expected texts are JAX 0.10.2's
+//! (captured with `.venv-jax`, 8 forced host devices); values equal unsharded results.
+
+use jax::prelude::*;
+use jaxrepl_tests::{eight_cpu_devices, serial};
+use std::sync::{Arc, Mutex};
+
+fn ints(shape: &[usize]) -> Array {
+    let n: usize = shape.iter().product();
+    Array::from_vec((0..n as i32).collect::<Vec<i32>>(), shape).unwrap()
+}
+
+/// Collects lines printed from inside traced functions.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<String>>>);
+
+impl Lines {
+    fn push(&self, s: String) {
+        self.0.lock().unwrap().push(s);
+    }
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// Inside `jit`, `typeof_` of an argument and of values computed from it carries the
+/// sharding (JAX: `int32[4@X,4]`, `ShapedArray(int32[4@X,4])`, its spec `P('X', None)`,
+/// `~float32[4,4@X]` after `sin(a * 1.0).T`), and `get_abstract_mesh` is the context mesh.
+#[test]
+fn typeof_inside_jit_shows_shardings() {
+    let _s = serial();
+    eight_cpu_devices();
+    let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let _m = set_mesh(&mesh);
+    let x = device_put(&ints(&[4, 4]), P!("X", None)).unwrap();
+    let lines = Lines::default();
+    let l = lines.clone();
+    let f = jit(move |a: Array| -> Result<Array> {
+        l.push(format!("{} {:?} {:?}", typeof_(&a), typeof_(&a), typeof_(&a).sharding.map(|s| s.spec)));
+        l.push(format!("{}", get_abstract_mesh()));
+        let b = jnp::transpose(&(&a * 1.0).sin(), None)?;
+        l.push(format!("{}", typeof_(&b)));
+        Ok(b)
+    });
+    let y = f.call(&x).unwrap();
+    assert_eq!(
+        lines.take(),
+        [
+            "int32[4@X,4] ShapedArray(int32[4@X,4]) Some(P('X', None))",
+            "AbstractMesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit), device_kind=cpu, num_cores=None, platform=cpu)",
+            "~float32[4,4@X]",
+        ]
+    );
+    assert_eq!(typeof_(&y).to_string(), "~float32[4,4@X]");
+    assert_eq!(format!("{:?}", typeof_(&y)), "ShapedArray(float32[4,4@X], weak_type=True)");
+    // An unsharded argument stays plain.
+    let g = {
+        let l = lines.clone();
+        jit(move |a: Array| {
+            l.push(typeof_(&a).to_string());
+            a * 2
+        })
+    };
+    g.call(&ints(&[4, 4])).unwrap();
+    assert_eq!(lines.take(), ["int32[4,4]"]);
+}
+
+/// `auto_axes`: `P('X', None) + P(None, 'X')` is an error in explicit mode and, under
+/// `auto_axes` with `out_sharding=P('X', None)`, `int32[4@X,4]` with the sum's values;
+/// inside, the mesh's axes are `Auto` and the types plain. The same inside `jit`.
+#[test]
+fn auto_axes_eager_and_under_jit() {
+    let _s = serial();
+    eight_cpu_devices();
+    let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let _m = set_mesh(&mesh);
+    assert_eq!(get_abstract_mesh().to_string(), "AbstractMesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit), device_kind=cpu, num_cores=None, platform=cpu)");
+    let x = device_put(&ints(&[4, 4]), P!("X", None)).unwrap();
+    let y = device_put(&ints(&[4, 4]), P!(None, "X")).unwrap();
+    let err = jnp::add(&x, &y).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("produces an illegally sharded result: i32[4@X,4@X]"), "{err}");
+    let lines = Lines::default();
+    let l = lines.clone();
+    let add = auto_axes(
+        move |(a, b): (Array, Array)| {
+            l.push(format!("{}", get_abstract_mesh()));
+            l.push(format!("{}", typeof_(&a)));
+            &a + &b
+        },
+        None,
+        P!("X", None),
+    );
+    let r = add.call((&x, &y)).unwrap();
+    assert_eq!(typeof_(&r).to_string(), "int32[4@X,4]");
+    let want: Vec<i32> = (0..16).map(|i| 2 * i).collect();
+    assert_eq!(r.to_vec::<i32>().unwrap(), want);
+    let auto_text = "AbstractMesh('X': 4, 'Y': 2, axis_types=(Auto, Auto), device_kind=cpu, num_cores=None, platform=cpu)";
+    assert_eq!(lines.take(), [auto_text, "int32[4,4]"]);
+    // After the call the mesh is explicit again.
+    assert!(get_abstract_mesh().to_string().contains("(Explicit, Explicit)"));
+    // Inside jit: the same result type and values; inside, the axes are Auto and the
+    // argument's type plain (JAX: `Type-specified sharding: P(None, None)` there).
+    let add2 = add.clone();
+    let j = jit(move |(a, b): (Array, Array)| add2.call((a, b)));
+    let r = j.call((&x, &y)).unwrap();
+    assert_eq!(typeof_(&r).to_string(), "int32[4@X,4]");
+    assert_eq!(r.to_vec::<i32>().unwrap(), want);
+    assert_eq!(lines.take(), [auto_text, "int32[4,4]"]);
+    // Inside jit the argument is replicated over the switched axes (JAX's partitioner
+    // keeps it split, `P('X',)`: the layout inside is the compiler's choice); the result
+    // is laid out as out_sharding, with the right values.
+    let seen = Lines::default();
+    let s2 = seen.clone();
+    let twice = auto_axes(
+        move |a: Array| -> Result<Array> {
+            let s3 = s2.clone();
+            jax::debug::inspect_array_sharding(&a, move |s| s3.push(format!("{s:?}")))?;
+            Ok(a * 2)
+        },
+        None,
+        P!("X"),
+    );
+    let v = device_put(&ints(&[8]), P!("X")).unwrap();
+    let r = jit(move |a: Array| twice.call(a)).call(&v).unwrap();
+    assert_eq!(typeof_(&r).to_string(), "int32[8@X]");
+    assert_eq!(r.to_vec::<i32>().unwrap(), (0..8).map(|i| 2 * i).collect::<Vec<i32>>());
+    let inside = seen.take();
+    assert!(inside.len() == 1 && inside[0].contains("spec=P()"), "{inside:?}");
+    // A spec naming an axis the mesh lacks is a clear error.
+    let bad = auto_axes(|a: Array| a, Some(&["Z"]), P!());
+    let e = bad.call(&x).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("axis 'Z' is not an axis of the mesh ('X', 'Y')"), "{e}");
+}
+
+/// `explicit_axes` inside a jit over an `Auto` mesh (JAX's example): `mesh inside f` is
+/// Auto, inside `g` Explicit with `y` typed `ShapedArray(float32[4@X,4@Y])`, and the result
+/// leaves explicit mode (`float32[4,4]`) keeping its layout `P('X', 'Y')`; eagerly too.
+#[test]
+fn explicit_axes_inside_an_auto_jit() {
+    let _s = serial();
+    eight_cpu_devices();
+    let auto = make_mesh(&[2, 4], &["X", "Y"], Some(&[AxisType::Auto, AxisType::Auto])).unwrap();
+    let _m = set_mesh(&auto);
+    let lines = Lines::default();
+    let l = lines.clone();
+    let g = explicit_axes(
+        move |y: Array| {
+            l.push(format!("mesh inside g: {}", get_abstract_mesh()));
+            l.push(format!("y.sharding inside g: {:?}", typeof_(&y)));
+            let z = &y * 2.0;
+            l.push(format!("z.sharding inside g: {:?}", typeof_(&z)));
+            z
+        },
+        None,
+        [P!("X", "Y")],
+    );
+    let l = lines.clone();
+    let g2 = g.clone();
+    let f = jit(move |a: Array| -> Result<Array> {
+        l.push(format!("mesh inside f: {}", get_abstract_mesh()));
+        let x = a.astype(DType::F32).sin();
+        let z = g2.call(x)?;
+        l.push(format!("z outside g: {:?}", typeof_(&z)));
+        Ok(z * 2.0)
+    });
+    let some_x = device_put(&ints(&[4, 4]), P!("X", "Y")).unwrap();
+    let out = f.call(&some_x).unwrap();
+    let am = |t: &str| format!("AbstractMesh('X': 2, 'Y': 4, axis_types=({t}, {t}), device_kind=cpu, num_cores=None, platform=cpu)");
+    assert_eq!(
+        lines.take(),
+        [
+            format!("mesh inside f: {}", am("Auto")),
+            format!("mesh inside g: {}", am("Explicit")),
+            "y.sharding inside g: ShapedArray(float32[4@X,4@Y])".to_string(),
+            "z.sharding inside g: ShapedArray(float32[4@X,4@Y])".to_string(),
+            "z outside g: ShapedArray(float32[4,4])".to_string(),
+        ]
+    );
+    assert_eq!(typeof_(&out).to_string(), "float32[4,4]");
+    let want: Vec<f32> = (0..16).map(|i| 4.0 * (i as f32).sin()).collect();
+    let got = out.to_vec::<f32>().unwrap();
+    assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-5), "{got:?}");
+    // Eagerly: inside, the concrete array is on the explicit mesh; after, back on the
+    // Auto mesh with its layout.
+    let z = g.call(&(&some_x * 1.0)).unwrap();
+    assert_eq!(lines.take()[1], "y.sharding inside g: ShapedArray(float32[4@X,4@Y], weak_type=True)");
+    assert_eq!(typeof_(&z).to_string(), "~float32[4,4]");
+    assert_eq!(format!("{:?}", z.sharding().unwrap()), "NamedSharding(mesh=Mesh('X': 2, 'Y': 4, axis_types=(Auto, Auto)), spec=P('X', 'Y'), memory_kind=device)");
+    let zv: Vec<f32> = (0..16).map(|i| 2.0 * i as f32).collect();
+    assert_eq!(z.to_vec::<f32>().unwrap(), zv);
+}
