@@ -1288,20 +1288,40 @@ impl fmt::Debug for ArrayType {
 }
 
 /// `jax.typeof(x)` (`typeof` is a Rust keyword): the array's type with its sharding.
+/// Inside `jit` (and loop bodies, branches) a traced value's sharding is derived from the
+/// arguments' and what has been traced so far; inside `auto_axes`/`explicit_axes` its
+/// mesh shows the switched axis types.
 pub fn typeof_(x: &Array) -> ArrayType {
+    let t = value_type(x);
+    ArrayType {
+        aval: x.aval(),
+        sharding: t.as_ref().and_then(|t| t.sharding.clone()).map(|ns| match &x.0 {
+            Repr::Tracer(_) => NamedSharding { mesh: crate::sharding_axes::axes_in_scope(&ns.mesh), ..ns },
+            Repr::Device(_) => ns,
+        }),
+        memory_kind: match &x.0 {
+            Repr::Device(d) => d.memory_kind,
+            Repr::Tracer(_) if t.is_some_and(|t| t.host) => MemoryKind::PinnedHost,
+            Repr::Tracer(_) => MemoryKind::Device,
+        },
+    }
+}
+
+/// `x`'s type beyond its aval (its mesh's axis types as they are), `None` when plain.
+/// A tracer's is propagated over its trace so far (`trace::partial_jaxpr_with_types`) when
+/// typing is in play (a mesh set, or typed arguments in some trace); free otherwise.
+pub(crate) fn value_type(x: &Array) -> Option<crate::sharding_types::ValueType> {
     match &x.0 {
-        Repr::Device(d) => ArrayType { aval: d.aval.clone(), sharding: d.sharded_info().map(|s| s.sharding.clone()), memory_kind: d.memory_kind },
+        Repr::Device(d) => crate::sharding_types::ValueType::of_device(d),
         Repr::Tracer(t) => {
-            let plain = ArrayType { aval: x.aval(), sharding: None, memory_kind: MemoryKind::Device };
-            let Some((j, values)) = crate::trace::partial_jaxpr_with_values(t) else { return plain };
-            match crate::sharding_types::traced_value_type(&j, &values, get_mesh()) {
-                Some((mesh, spec, host)) => ArrayType {
-                    aval: x.aval(),
-                    sharding: mesh.map(|m| NamedSharding { mesh: crate::sharding_axes::axes_in_scope(&m), spec, memory_kind: MemoryKind::Device }),
-                    memory_kind: if host { MemoryKind::PinnedHost } else { MemoryKind::Device },
-                },
-                None => plain,
+            let mesh = get_mesh();
+            if mesh.is_none() && !crate::trace::has_typed_args() {
+                return None;
             }
+            let (j, types) = crate::trace::partial_jaxpr_with_types(t)?;
+            let (m, spec, host) = crate::sharding_types::traced_value_type(&j, &types, mesh)?;
+            let sharding = m.map(|m| NamedSharding { mesh: m, spec, memory_kind: MemoryKind::Device });
+            (sharding.is_some() || host).then_some(crate::sharding_types::ValueType { sharding, host })
         }
     }
 }

@@ -81,17 +81,33 @@ fn types_of<'a>(jaxpr: &Jaxpr, leaf: impl Fn(usize) -> Option<&'a DeviceArray>) 
     Some(InTypes { mesh, dims, host })
 }
 
+/// A value's type beyond its aval: its sharding (on its mesh as is, axis types
+/// unswitched) and whether it is in pinned host memory.
+#[derive(Clone, Debug)]
+pub(crate) struct ValueType {
+    pub sharding: Option<crate::sharding::NamedSharding>,
+    pub host: bool,
+}
+
+impl ValueType {
+    /// A concrete array's type; `None` when plain (unsharded, device memory).
+    pub(crate) fn of_device(d: &DeviceArray) -> Option<ValueType> {
+        let t = ValueType { sharding: d.sharded_info().map(|s| s.sharding.clone()), host: d.memory_kind == MemoryKind::PinnedHost };
+        (t.sharding.is_some() || t.host).then_some(t)
+    }
+}
+
 /// The type of `jaxpr`'s one output (a trace's value so far, `trace::partial_jaxpr`) when
-/// invar i holds `values[i]`: the mesh of the first sharded value (of any axis types; else
+/// invar i has type `types[i]`: the mesh of the first sharded one (of any axis types; else
 /// `fallback`, the mesh set by `set_mesh`, where a `sharding_constraint` may shard it), the
 /// output's spec on it (propagated by the sharding rules; values on another mesh count as
-/// unsharded) and whether it is in pinned host memory. `None` with no mesh and no value in
-/// pinned host memory. This is `typeof_` of a tracer inside `jit` (JAX keeps shardings
-/// in avals; we derive them on demand).
-pub(crate) fn traced_value_type(jaxpr: &Jaxpr, values: &[Option<Arc<DeviceArray>>], fallback: Option<Mesh>) -> Option<(Option<Mesh>, crate::sharding::PartitionSpec, bool)> {
-    let leaf = |i: usize| values.get(i).and_then(|v| v.as_deref());
-    let mesh = (0..jaxpr.invars.len()).filter_map(leaf).find_map(|d| d.sharded_info().map(|s| s.sharding.mesh.clone())).or(fallback);
-    let host: Vec<bool> = (0..jaxpr.invars.len()).map(|i| leaf(i).is_some_and(|d| d.memory_kind == MemoryKind::PinnedHost)).collect();
+/// unsharded) and whether it is in pinned host memory. `None` with no mesh and nothing in
+/// pinned host memory. This is `typeof_` of a tracer inside `jit` (JAX keeps shardings in
+/// avals; we derive them on demand).
+pub(crate) fn traced_value_type(jaxpr: &Jaxpr, types: &[Option<ValueType>], fallback: Option<Mesh>) -> Option<(Option<Mesh>, crate::sharding::PartitionSpec, bool)> {
+    let ty = |i: usize| types.get(i).and_then(|v| v.as_ref());
+    let mesh = (0..jaxpr.invars.len()).filter_map(ty).find_map(|t| t.sharding.as_ref().map(|s| s.mesh.clone())).or(fallback);
+    let host: Vec<bool> = (0..jaxpr.invars.len()).map(|i| ty(i).is_some_and(|t| t.host)).collect();
     if mesh.is_none() && !host.iter().any(|h| *h) {
         return None;
     }
@@ -100,8 +116,8 @@ pub(crate) fn traced_value_type(jaxpr: &Jaxpr, values: &[Option<Arc<DeviceArray>
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            let dims = match (leaf(i).and_then(|d| d.sharded_info()), &mesh) {
-                (Some(s), Some(m)) if &s.sharding.mesh == m => dims_of(&s.sharding.spec, v.aval.ndim()),
+            let dims = match (ty(i).and_then(|t| t.sharding.as_ref()), &mesh) {
+                (Some(s), Some(m)) if &s.mesh == m => dims_of(&s.spec, v.aval.ndim()),
                 _ => vec![vec![]; v.aval.ndim()],
             };
             Note { dims, host: host[i] }

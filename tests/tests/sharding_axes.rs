@@ -57,6 +57,26 @@ fn typeof_inside_jit_shows_shardings() {
     );
     assert_eq!(typeof_(&y).to_string(), "~float32[4,4@X]");
     assert_eq!(format!("{:?}", typeof_(&y)), "ShapedArray(float32[4,4@X], weak_type=True)");
+    // Loop bodies and branches see their operands' types (JAX: `float32[8@X,4@Y]` for a
+    // fori_loop carry and a cond operand).
+    let xy = device_put(&jnp::arange(32.0).reshape(&[8, 4]), P!("X", "Y")).unwrap();
+    let l = lines.clone();
+    let looped = jit(move |a: Array| -> Result<Array> {
+        let l2 = l.clone();
+        let c = lax::fori_loop(0, 3, move |(_, c): (Array, Array)| {
+            l2.push(format!("loop body: {}", typeof_(&c)));
+            c.sin()
+        }, a)?;
+        let l3 = l.clone();
+        lax::cond(&jnp::sum(&c, None)?.gt(0.0), move |t: Array| {
+            l3.push(format!("branch: {}", typeof_(&t)));
+            t * 2.0
+        }, |t: Array| t, c)
+    });
+    let out = looped.call(&xy).unwrap();
+    assert_eq!(typeof_(&out).to_string(), "float32[8@X,4@Y]");
+    let got = lines.take();
+    assert!(got.contains(&"loop body: float32[8@X,4@Y]".to_string()) && got.contains(&"branch: float32[8@X,4@Y]".to_string()), "{got:?}");
     // An unsharded argument stays plain.
     let g = {
         let l = lines.clone();

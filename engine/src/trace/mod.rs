@@ -49,10 +49,11 @@ pub struct Builder {
     pub error: Option<Error>,
     /// Cloned into each tracer of this trace (leak detection).
     token: Arc<()>,
-    /// The concrete arguments of a `jit` trace, one per invar (`None`: a spec), when some
-    /// is sharded or in pinned host memory: `typeof_` of a tracer propagates their types
-    /// through the equations traced so far (`set_arg_values`).
-    arg_values: Vec<Option<Arc<crate::runtime::DeviceArray>>>,
+    /// The types of the arguments beyond their avals, one per invar (`None`: unknown or
+    /// plain), when some is sharded or in pinned host memory (a `jit` call's arguments, a
+    /// loop body's carries): `typeof_` of a tracer propagates them through the equations
+    /// traced so far (`set_arg_types`).
+    arg_types: Vec<Option<crate::sharding_types::ValueType>>,
 }
 
 thread_local! {
@@ -93,7 +94,7 @@ pub fn push_trace(name: &str, in_avals: &[ShapedArray], arg_names: Vec<String>) 
         next_var: 0,
         error: None,
         token: Arc::new(()),
-        arg_values: vec![],
+        arg_types: vec![],
     };
     let token = b.token.clone();
     let tracers = in_avals
@@ -108,42 +109,50 @@ pub fn push_trace(name: &str, in_avals: &[ShapedArray], arg_names: Vec<String>) 
     (id, tracers)
 }
 
-/// Records trace `id`'s concrete arguments (one per invar) for `typeof_` of its tracers.
-pub(crate) fn set_arg_values(id: u64, values: Vec<Option<Arc<crate::runtime::DeviceArray>>>) {
+/// Records the types of trace `id`'s arguments (one per invar) for `typeof_` of its tracers.
+pub(crate) fn set_arg_types(id: u64, types: Vec<Option<crate::sharding_types::ValueType>>) {
     STACK.with(|s| {
         if let Some(b) = s.borrow_mut().iter_mut().find(|b| b.id == id) {
-            b.arg_values = values;
+            b.arg_types = types;
         }
     });
 }
 
-/// `partial_jaxpr(t)` with the trace's constants as leading invars, and the concrete
-/// values of its invars (the constants, then the arguments recorded by `set_arg_values`,
-/// `None` where not recorded); `None` when `t`'s trace has ended.
-pub(crate) fn partial_jaxpr_with_values(t: &Tracer) -> Option<(Jaxpr, Vec<Option<Arc<crate::runtime::DeviceArray>>>)> {
+/// Whether some trace on this thread has typed arguments (`set_arg_types`): only then
+/// (or with a mesh set) can a tracer's type carry a sharding or memory space.
+pub(crate) fn has_typed_args() -> bool {
+    STACK.with(|s| s.borrow().iter().any(|b| b.arg_types.iter().any(|t| t.is_some())))
+}
+
+/// `partial_jaxpr(t)` with the trace's constants as leading invars, and the types of its
+/// invars (the constants' own, an enclosing trace's tracer's by `typeof_`; then the
+/// arguments' recorded by `set_arg_types`, `None` where not recorded); `None` when `t`'s
+/// trace has ended.
+pub(crate) fn partial_jaxpr_with_types(t: &Tracer) -> Option<(Jaxpr, Vec<Option<crate::sharding_types::ValueType>>)> {
     let (_, mut j) = partial_jaxpr(t)?;
-    let values = STACK.with(|s| {
+    let (consts, args) = STACK.with(|s| {
         let s = s.borrow();
         let b = s.iter().find(|b| b.id == t.trace_id)?;
-        let mut v: Vec<Option<Arc<crate::runtime::DeviceArray>>> = b.consts.iter().map(|(_, a)| a.device().cloned()).collect();
-        v.extend((0..b.invars.len()).map(|i| b.arg_values.get(i).cloned().flatten()));
-        Some(v)
+        let consts: Vec<Array> = b.consts.iter().map(|(_, a)| a.clone()).collect();
+        let args: Vec<Option<crate::sharding_types::ValueType>> = (0..b.invars.len()).map(|i| b.arg_types.get(i).cloned().flatten()).collect();
+        Some((consts, args))
     })?;
+    let mut types: Vec<Option<crate::sharding_types::ValueType>> = consts.iter().map(crate::sharding::value_type).collect();
+    types.extend(args);
     let mut invars = std::mem::take(&mut j.constvars);
     invars.append(&mut j.invars);
     j.invars = invars;
-    Some((j, values))
+    Some((j, types))
 }
 
-/// The mesh of the first sharded argument of the innermost trace with recorded
-/// arguments (`set_arg_values`): inside `jit`, the mesh the call's arguments are on.
+/// The mesh of the first sharded argument of the innermost trace with typed arguments
+/// (`set_arg_types`): inside `jit`, the mesh the call's arguments are on.
 pub(crate) fn traced_args_mesh() -> Option<crate::sharding::Mesh> {
     STACK.with(|s| {
         s.borrow()
             .iter()
             .rev()
-            .find(|b| !b.arg_values.is_empty())
-            .and_then(|b| b.arg_values.iter().flatten().find_map(|d| d.sharded_info().map(|i| i.sharding.mesh.clone())))
+            .find_map(|b| b.arg_types.iter().flatten().find_map(|t| t.sharding.as_ref().map(|n| n.mesh.clone())))
     })
 }
 

@@ -924,9 +924,10 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let desc = format!("{} at {}", self.inner.name, site.line_label());
         let (id, tracers) = trace::push_trace(&desc, &sig.avals, names);
         // `typeof_` of a tracer shows the sharding its arguments' layouts give it.
-        let typed = |d: &Arc<crate::runtime::DeviceArray>| d.sharded_info().is_some() || d.memory_kind == crate::runtime::MemoryKind::PinnedHost;
-        if flat.leaves.len() == sig.avals.len() && flat.leaves.iter().any(|l| matches!(l, ArgLeaf::Value(a) if a.device().is_some_and(typed))) {
-            trace::set_arg_values(id, flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().cloned(), ArgLeaf::Spec(_) => None }).collect());
+        let types: Vec<Option<crate::sharding_types::ValueType>> =
+            flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => a.device().and_then(|d| crate::sharding_types::ValueType::of_device(d)), ArgLeaf::Spec(_) => None }).collect();
+        if types.len() == sig.avals.len() && types.iter().any(|t| t.is_some()) {
+            trace::set_arg_types(id, types);
         }
         let liveness = trace::trace_liveness(id);
         let a = match crate::trace::pytree::unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone()) {
