@@ -215,8 +215,16 @@ pub fn auto_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, axes:
             .iter()
             .map(|x| {
                 if x.is_tracer() {
-                    let spec = crate::sharding::typeof_(x).sharding.map(|s| without_axes(&s.spec, &names)).unwrap_or_default();
-                    crate::sharding::with_sharding_constraint(x, NamedSharding::new(&mesh, spec)?)
+                    // Constrained to its own layout first: a no-op forward, but its
+                    // transpose lays a cotangent back out as the argument (JAX's mesh_cast
+                    // back: `grad` gives the primal's type, `float32[8@X]`).
+                    let own = crate::sharding::typeof_(x).sharding.filter(|s| s.mesh.axis_names() == mesh.axis_names()).map(|s| s.spec);
+                    let x = match &own {
+                        Some(spec) => crate::sharding::with_sharding_constraint(x, NamedSharding::new(&mesh, spec.clone())?)?,
+                        None => x.clone(),
+                    };
+                    let spec = own.map(|s| without_axes(&s, &names)).unwrap_or_default();
+                    crate::sharding::with_sharding_constraint(&x, NamedSharding::new(&mesh, spec)?)
                 } else {
                     onto(x, &auto, &PartitionSpec::default())
                 }

@@ -97,6 +97,23 @@ impl ValueType {
     }
 }
 
+/// The types of `flat`'s leaves (`None` for a plain value or a spec).
+pub(crate) fn leaf_types(flat: &crate::trace::pytree::Flat) -> Vec<Option<ValueType>> {
+    use crate::trace::pytree::ArgLeaf;
+    flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => crate::sharding::value_type(a), ArgLeaf::Spec(_) => None }).collect()
+}
+
+/// Gives the innermost trace (a function just started being traced on tracers for
+/// `flat`'s leaves: a loop body, a branch, `grad`'s function) those leaves' types, when
+/// one is typed, so that `typeof_` inside shows them.
+pub(crate) fn type_innermost_args(types: Vec<Option<ValueType>>) {
+    if types.iter().any(|t| t.is_some()) {
+        if let Some(id) = crate::trace::innermost_trace_id() {
+            crate::trace::set_arg_types(id, types);
+        }
+    }
+}
+
 /// The type of `jaxpr`'s one output (a trace's value so far, `trace::partial_jaxpr`) when
 /// invar i has type `types[i]`: the mesh of the first sharded one (of any axis types; else
 /// `fallback`, the mesh set by `set_mesh`, where a `sharding_constraint` may shard it), the

@@ -150,6 +150,14 @@ fn auto_axes_eager_and_under_jit() {
     assert_eq!(r.to_vec::<i32>().unwrap(), (0..8).map(|i| 2 * i).collect::<Vec<i32>>());
     let inside = seen.take();
     assert!(inside.len() == 1 && inside[0].contains("spec=P()"), "{inside:?}");
+    // grad through auto_axes inside jit: the gradient has the primal's type (JAX:
+    // `float32[8@X]`) and the value 2·a.
+    let sq = auto_axes(|a: Array| (&a * &a).sum(), None, P!());
+    let gr = jit(grad(move |a: Array| sq.call(a)));
+    let xf = device_put(&jnp::arange(8.0), P!("X")).unwrap();
+    let g = gr.call(&xf).unwrap();
+    assert_eq!(typeof_(&g).to_string(), "float32[8@X]");
+    assert_eq!(g.to_vec::<f32>().unwrap(), (0..8).map(|i| 2.0 * i as f32).collect::<Vec<f32>>());
     // A spec naming an axis the mesh lacks is a clear error.
     let bad = auto_axes(|a: Array| a, Some(&["Z"]), P!());
     let e = bad.call(&x).err().map(|e| e.to_string()).unwrap_or_default();

@@ -115,15 +115,10 @@ fn trace_fn<A: Pytree, O: TraceOutput>(name: &str, f: &dyn Fn(A) -> O, arg: &Fla
     let avals: Vec<ShapedArray> = arg.leaves.iter().map(|l| l.aval().strong()).collect();
     // The body's arguments have the operands' types (carries their initial values'), so
     // that `typeof_` inside shows their shardings (a slice of `xs`, a spec, shows plain).
-    let types: Vec<Option<crate::sharding_types::ValueType>> =
-        arg.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => crate::sharding::value_type(a), ArgLeaf::Spec(_) => None }).collect();
+    let types = crate::sharding_types::leaf_types(arg);
     let mut out = Flat::default();
     let j = trace_to_jaxpr(name, &avals, |ts| {
-        if types.iter().any(|t| t.is_some()) {
-            if let Some(id) = crate::trace::innermost_trace_id() {
-                crate::trace::set_arg_types(id, types);
-            }
-        }
+        crate::sharding_types::type_innermost_args(types);
         let a = unflatten_like::<A>(&arg.treedef, ts, arg.statics.clone())?;
         let r = f(a).into_result()?;
         out = flatten_value(&r);

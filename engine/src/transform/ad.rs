@@ -36,8 +36,11 @@ fn describe<F>(_f: &F, loc: &Location<'_>, transform: &str) -> String {
 /// Traces `f` at the leaves of `args` into a jaxpr over those leaves.
 fn trace_flat<A: Pytree, O: TraceOutput>(f: &impl Fn(A) -> O, flat: &Flat, what: &str) -> Result<(OpenJaxpr, Flat)> {
     let avals: Vec<ShapedArray> = flat.leaves.iter().map(|l| l.aval()).collect();
+    // `typeof_` inside the function shows the arguments' shardings.
+    let types = crate::sharding_types::leaf_types(flat);
     let mut out_flat = Flat::default();
     let j = trace_to_jaxpr(what, &avals, |tracers| {
+        crate::sharding_types::type_innermost_args(types);
         let a = unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone())?;
         let r = f(a).into_result()?;
         out_flat = flatten_value(&r);
