@@ -97,10 +97,19 @@ impl ValueType {
     }
 }
 
-/// The types of `flat`'s leaves (`None` for a plain value or a spec).
+/// The types of `flat`'s leaves (`None` for a plain value or a spec). A tracer's is
+/// looked at only when some trace has typed arguments (each costs a propagation over its
+/// trace so far; with only a mesh set, tracers are plain but for a `sharding_constraint`).
 pub(crate) fn leaf_types(flat: &crate::trace::pytree::Flat) -> Vec<Option<ValueType>> {
     use crate::trace::pytree::ArgLeaf;
-    flat.leaves.iter().map(|l| match l { ArgLeaf::Value(a) => crate::sharding::value_type(a), ArgLeaf::Spec(_) => None }).collect()
+    let typed = crate::trace::has_typed_args();
+    flat.leaves
+        .iter()
+        .map(|l| match l {
+            ArgLeaf::Value(a) if typed || !a.is_tracer() => crate::sharding::value_type(a),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Gives the innermost trace (a function just started being traced on tracers for
