@@ -28,7 +28,6 @@ use crate::transform::jit::TraceOutput;
 use crate::transform::shard_map::Specs;
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::Arc;
 
 thread_local! {
     /// The meshes with switched axis types of the `auto_axes`/`explicit_axes` calls
@@ -107,34 +106,8 @@ pub fn get_abstract_mesh() -> AbstractMesh {
 
 /// A function wrapped by `auto_axes` or `explicit_axes`: call it with `.call(args)` (one
 /// pytree; several arguments are a tuple; `&Array` leaves are accepted), inside or outside
-/// `jit`. Cheap to clone.
-pub struct AxesMapped<A, R> {
-    f: Arc<dyn Fn(A) -> Result<R>>,
-}
-
-impl<A, R> Clone for AxesMapped<A, R> {
-    fn clone(&self) -> Self {
-        AxesMapped { f: self.f.clone() }
-    }
-}
-
-impl<A: Pytree, R: Pytree> AxesMapped<A, R> {
-    /// Runs the wrapped function on `args`. Errors: see [`auto_axes`] / [`explicit_axes`].
-    pub fn call<X: crate::trace::pytree::Args<A>>(&self, args: X) -> Result<R> {
-        let mut flat = Flat::default();
-        args.flatten_args(&mut flat);
-        let leaves: Vec<Array> = flat
-            .leaves
-            .iter()
-            .map(|l| match l {
-                ArgLeaf::Value(a) => Ok(a.clone()),
-                ArgLeaf::Spec(_) => Err(Error::type_error("auto_axes/explicit_axes need array arguments, not ShapeDtypeStructs")),
-            })
-            .collect::<Result<_>>()?;
-        let a = unflatten_like::<A>(&flat.treedef, leaves, flat.statics)?;
-        (self.f)(a)
-    }
-}
+/// `jit`. Cheap to clone. (The same wrapper as `shard_map`'s.)
+pub type AxesMapped<A, R> = crate::transform::shard_map::ShardMapped<A, R>;
 
 /// The context mesh (`set_mesh`, else inside `jit` the arguments' mesh, else the first
 /// sharded concrete argument's) and the positions of `axes` in it (all its axes for `None`).
@@ -241,7 +214,7 @@ pub fn auto_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, axes:
         let placed = outs.iter().zip(specs).map(|(y, s)| crate::sharding::reshard(y, NamedSharding::new(&mesh, s)?)).collect::<Result<Vec<Array>>>()?;
         unflatten_like::<O::Out>(&out.treedef, placed, out.statics)
     };
-    AxesMapped { f: Arc::new(run) }
+    AxesMapped::new("auto_axes", run)
 }
 
 /// `jax.sharding.explicit_axes(f, axes=axes, in_sharding=in_sharding)`: on a mesh whose
@@ -282,7 +255,7 @@ pub fn explicit_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, a
         let back = outs.iter().map(|y| if y.is_tracer() { Ok(y.clone()) } else { onto(y, &mesh, &PartitionSpec::default()) }).collect::<Result<Vec<Array>>>()?;
         unflatten_like::<O::Out>(&out.treedef, back, out.statics)
     };
-    AxesMapped { f: Arc::new(run) }
+    AxesMapped::new("explicit_axes", run)
 }
 
 /// The array leaves of `flat`. Errors: a `ShapeDtypeStruct` leaf.

@@ -53,21 +53,29 @@ impl From<()> for Specs {
     }
 }
 
-/// A function mapped by `shard_map`: call it with `.call(args)` (one pytree; several
-/// arguments are a tuple; `&Array` leaves are accepted), inside or outside `jit`. Cheap to
-/// clone (the function is shared).
+/// A function mapped by `shard_map` (or wrapped by `auto_axes`/`explicit_axes`): call it
+/// with `.call(args)` (one pytree; several arguments are a tuple; `&Array` leaves are
+/// accepted), inside or outside `jit`. Cheap to clone (the function is shared).
 pub struct ShardMapped<A, R> {
     f: Arc<dyn Fn(A) -> Result<R>>,
+    /// The API that made it, for the error on a `ShapeDtypeStruct` argument.
+    api: &'static str,
 }
 
 impl<A, R> Clone for ShardMapped<A, R> {
     fn clone(&self) -> Self {
-        ShardMapped { f: self.f.clone() }
+        ShardMapped { f: self.f.clone(), api: self.api }
     }
 }
 
 impl<A: Pytree, R: Pytree> ShardMapped<A, R> {
-    /// Runs the mapped function on `args`. Errors: see [`shard_map_with`].
+    /// Wraps `f` (a transformation made by `api`) for `.call`.
+    pub(crate) fn new(api: &'static str, f: impl Fn(A) -> Result<R> + 'static) -> Self {
+        ShardMapped { f: Arc::new(f), api }
+    }
+
+    /// Runs the mapped function on `args`. Errors: a `ShapeDtypeStruct` argument
+    /// (`TypeError`); see [`shard_map_with`].
     pub fn call<X: crate::trace::pytree::Args<A>>(&self, args: X) -> Result<R> {
         let mut flat = Flat::default();
         args.flatten_args(&mut flat);
@@ -76,7 +84,7 @@ impl<A: Pytree, R: Pytree> ShardMapped<A, R> {
             .iter()
             .map(|l| match l {
                 ArgLeaf::Value(a) => Ok(a.clone()),
-                ArgLeaf::Spec(_) => Err(Error::type_error("shard_map needs array arguments, not ShapeDtypeStructs")),
+                ArgLeaf::Spec(_) => Err(Error::type_error(format!("{} needs array arguments, not ShapeDtypeStructs", self.api))),
             })
             .collect::<Result<_>>()?;
         let a = unflatten_like::<A>(&flat.treedef, leaves, flat.statics)?;
@@ -193,7 +201,7 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
         };
         unflatten_like::<O::Out>(&out_flat.treedef, results, out_flat.statics)
     };
-    ShardMapped { f: Arc::new(run) }
+    ShardMapped::new("shard_map", run)
 }
 
 /// `specs` for `n` leaves: one per leaf, or one repeated.
