@@ -33,6 +33,9 @@ pub enum ErrorKind {
     /// An operation's result cannot be sharded as its inputs ask (JAX: `ShardingTypeError`,
     /// explicit-sharding mode).
     ShardingType,
+    /// A check that acts as an assert failed (JAX: `AssertionError`, e.g.
+    /// `with_sharding_constraint` on an all-`Explicit` mesh).
+    Assertion,
 }
 
 /// An engine error: a kind, a message, and where in the user's code it arose.
@@ -127,6 +130,7 @@ impl Error {
             ErrorKind::UnexpectedTracer => "UnexpectedTracerError",
             ErrorKind::NotImplemented => "NotImplementedError",
             ErrorKind::ShardingType => "ShardingTypeError",
+            ErrorKind::Assertion => "AssertionError",
         }
     }
 }

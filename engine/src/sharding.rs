@@ -1058,6 +1058,31 @@ fn device_ids(d: &DeviceArray) -> Vec<u32> {
     }
 }
 
+/// JAX's check of an eager `reshard` onto `mesh` (also of the arguments `auto_axes` and
+/// `explicit_axes` move): an array committed to other devices is an error, not a silent
+/// move (`device_put` moves it). Tracers and uncommitted arrays pass.
+/// Errors: JAX 0.10.2's `ValueError: Received incompatible devices for jitted computation.
+/// Got argument args[0] of reshard with shape float32[8] and with device ids [0] on
+/// platform CPU and jit's context mesh with device ids [0, …, 7] on platform CPU`.
+pub(crate) fn check_reshard_devices(x: &Array, mesh: &Mesh) -> Result<()> {
+    let Repr::Device(d) = &x.0 else { return Ok(()) };
+    if !d.placement.committed {
+        return Ok(());
+    }
+    let (mut have, mut want) = (device_ids(d), mesh.device_ids().to_vec());
+    have.sort_unstable();
+    want.sort_unstable();
+    if have == want {
+        return Ok(());
+    }
+    Err(Error::value_error(format!(
+        "Received incompatible devices for jitted computation. Got argument args[0] of reshard with shape {} and with device ids {:?} on platform CPU and jit's context mesh with device ids {:?} on platform CPU",
+        type_text(d),
+        device_ids(d),
+        mesh.device_ids()
+    )))
+}
+
 fn same_devices(a: &DeviceArray, b: &DeviceArray) -> bool {
     match (a.sharded_info(), b.sharded_info()) {
         (None, None) => a.placement.device == b.placement.device,

@@ -36,13 +36,26 @@ thread_local! {
 }
 
 /// Pops the scope pushed with it when dropped (also on an error or a panic in `f`).
-struct ScopeGuard;
+pub(crate) struct ScopeGuard;
 
 impl ScopeGuard {
-    fn push(m: &Mesh) -> ScopeGuard {
+    /// Makes `m` the context's abstract mesh until the guard drops: an `auto_axes` /
+    /// `explicit_axes` mesh with switched axis types, or a `shard_map` body's mesh with
+    /// every axis `Manual`.
+    pub(crate) fn push(m: &Mesh) -> ScopeGuard {
         SCOPE.with(|s| s.borrow_mut().push(m.clone()));
         ScopeGuard
     }
+}
+
+/// The innermost scope mesh (an `auto_axes`/`explicit_axes` or `shard_map` body's).
+fn scope_mesh() -> Option<Mesh> {
+    SCOPE.with(|s| s.borrow().last().cloned())
+}
+
+/// Whether `m` has a `Manual` axis (a `shard_map` body's mesh).
+fn is_manual(m: &Mesh) -> bool {
+    m.axis_types().contains(&AxisType::Manual)
 }
 
 impl Drop for ScopeGuard {
@@ -57,7 +70,7 @@ impl Drop for ScopeGuard {
 /// thread when that one switched a mesh of the same axes and devices; else `m`.
 pub(crate) fn axes_in_scope(m: &Mesh) -> Mesh {
     SCOPE.with(|s| match s.borrow().last() {
-        Some(top) if top.axis_names() == m.axis_names() && top.axis_sizes() == m.axis_sizes() && top.devices() == m.devices() => top.clone(),
+        Some(top) if !is_manual(top) && top.axis_names() == m.axis_names() && top.axis_sizes() == m.axis_sizes() && top.devices() == m.devices() => top.clone(),
         _ => m.clone(),
     })
 }
@@ -95,13 +108,11 @@ impl fmt::Debug for AbstractMesh {
 }
 
 /// `jax.sharding.get_abstract_mesh()`: the mesh of the innermost running `auto_axes` /
-/// `explicit_axes` (with its switched axis types), else the mesh set by `set_mesh`, else,
-/// inside `jit`, the mesh of the call's sharded arguments; `AbstractMesh((), …)` if none.
+/// `explicit_axes` (with its switched axis types) or `shard_map` body (every axis
+/// `Manual`), else the mesh set by `set_mesh`; `AbstractMesh((), axis_types=())` if none
+/// (as JAX, also inside `jit` over sharded arguments when no mesh is set).
 pub fn get_abstract_mesh() -> AbstractMesh {
-    if let Some(m) = SCOPE.with(|s| s.borrow().last().cloned()) {
-        return AbstractMesh(Some(m));
-    }
-    AbstractMesh(get_mesh().or_else(crate::trace::traced_args_mesh))
+    AbstractMesh(scope_mesh().or_else(get_mesh))
 }
 
 /// A function wrapped by `auto_axes` or `explicit_axes`: call it with `.call(args)` (one
@@ -109,13 +120,26 @@ pub fn get_abstract_mesh() -> AbstractMesh {
 /// `jit`. Cheap to clone. (The same wrapper as `shard_map`'s.)
 pub type AxesMapped<A, R> = crate::transform::shard_map::ShardMapped<A, R>;
 
-/// The context mesh (`set_mesh`, else inside `jit` the arguments' mesh, else the first
-/// sharded concrete argument's) and the positions of `axes` in it (all its axes for `None`).
-fn mesh_and_axes(api: &str, axes: &Option<Vec<String>>, leaves: &[Array]) -> Result<(Mesh, Vec<usize>)> {
+/// The context mesh (the innermost `auto_axes`/`explicit_axes` one, else `set_mesh`'s, else
+/// inside `jit` the arguments' mesh, else the first sharded concrete argument's), or `None`.
+/// Errors: inside a `shard_map` body (JAX's `NotImplementedError`).
+fn context_mesh(leaves: &[Array]) -> Result<Option<Mesh>> {
+    if let Some(m) = scope_mesh() {
+        if is_manual(&m) {
+            // JAX 0.10.2's text.
+            return Err(Error::new(
+                crate::error::ErrorKind::NotImplemented,
+                "Going from `Manual` AxisType to `Auto` or `Explicit` AxisType is not allowed. Please file a bug at https://github.com/jax-ml/jax/issues with your use case",
+            ));
+        }
+        return Ok(Some(m));
+    }
     let from_args = || leaves.iter().find_map(|x| x.sharding().ok().and_then(|s| s.mesh().cloned()));
-    let mesh = get_mesh().or_else(crate::trace::traced_args_mesh).or_else(from_args).ok_or_else(|| {
-        Error::value_error(format!("{api} needs a mesh in context: call set_mesh(&mesh) first (or pass arrays sharded on one)"))
-    })?;
+    Ok(get_mesh().or_else(crate::trace::traced_args_mesh).or_else(from_args))
+}
+
+/// `mesh`'s positions of `axes` (all its axes for `None`). Errors: a name `mesh` lacks.
+fn mesh_and_axes(api: &str, axes: &Option<Vec<String>>, mesh: Mesh) -> Result<(Mesh, Vec<usize>)> {
     let ks = match axes {
         None => (0..mesh.axis_names().len()).collect(),
         Some(names) => names
@@ -159,6 +183,7 @@ fn per_leaf(specs: &Specs, n: usize, api: &str, what: &str) -> Result<Vec<Partit
 /// Moves a concrete array onto `to` (same devices and layout, other axis types), keeping
 /// its spec; an unsharded one is laid out as `spec` there.
 fn onto(x: &Array, to: &Mesh, spec: &PartitionSpec) -> Result<Array> {
+    crate::sharding::check_reshard_devices(x, to)?;
     let spec = match x.sharding() {
         Ok(crate::sharding::Sharding::Named(ns)) if ns.mesh.devices() == to.devices() => ns.spec.clone(),
         _ => spec.clone(),
@@ -169,10 +194,12 @@ fn onto(x: &Array, to: &Mesh, spec: &PartitionSpec) -> Result<Array> {
 /// `jax.sharding.auto_axes(f, axes=axes, out_sharding=out_sharding)`: `f` with the mesh
 /// axes `axes` (all when `None`) in `Auto` mode while it runs; each result is then laid out
 /// as its `out_sharding` spec on the mesh (one spec per result leaf, or one for all; JAX
-/// requires the argument too). The mesh is the one set by `set_mesh`, else (inside `jit`)
-/// that of the call's sharded arguments. Works eagerly and inside `jit` (see the module
-/// docs for the layout inside). Errors: `ValueError` without a mesh, for an axis the mesh
-/// lacks, or a wrong number of specs; `f`'s errors; as `device_put`/`reshard`.
+/// requires the argument too). The mesh is that of an enclosing `auto_axes`/`explicit_axes`,
+/// else the one set by `set_mesh`, else (inside `jit`) that of the call's sharded
+/// arguments, else the first sharded argument's; with none, `f` is just called (as JAX).
+/// Works eagerly and inside `jit` (see the module docs for the layout inside). Errors:
+/// `ValueError` for an axis the mesh lacks or a wrong number of specs; `NotImplementedError`
+/// inside a `shard_map` body (its axes are `Manual`); `f`'s errors; as `device_put`/`reshard`.
 #[track_caller]
 pub fn auto_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, axes: Option<&[&str]>, out_sharding: impl Into<Specs>) -> AxesMapped<A, O::Out> {
     let axes: Option<Vec<String>> = axes.map(|a| a.iter().map(|s| s.to_string()).collect());
@@ -181,7 +208,12 @@ pub fn auto_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, axes:
         let mut flat = Flat::default();
         a.flatten(&mut flat);
         let leaves = values(&flat)?;
-        let (mesh, ks) = mesh_and_axes("auto_axes", &axes, &leaves)?;
+        let Some(mesh) = context_mesh(&leaves)? else {
+            // As JAX: with no mesh in context there are no axes to switch.
+            let a = unflatten_like::<A>(&flat.treedef, leaves, flat.statics)?;
+            return f(a).into_result();
+        };
+        let (mesh, ks) = mesh_and_axes("auto_axes", &axes, mesh)?;
         let auto = switched(&mesh, &ks, AxisType::Auto)?;
         let names: Vec<String> = ks.iter().map(|&k| mesh.axis_names()[k].clone()).collect();
         let moved = leaves
@@ -193,11 +225,11 @@ pub fn auto_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, axes:
                     // back: `grad` gives the primal's type, `float32[8@X]`).
                     let own = crate::sharding::typeof_(x).sharding.filter(|s| s.mesh.axis_names() == mesh.axis_names()).map(|s| s.spec);
                     let x = match &own {
-                        Some(spec) => crate::sharding::with_sharding_constraint(x, NamedSharding::new(&mesh, spec.clone())?)?,
+                        Some(spec) => crate::sharding_rules::constrain(x, NamedSharding::new(&mesh, spec.clone())?)?,
                         None => x.clone(),
                     };
                     let spec = own.map(|s| without_axes(&s, &names)).unwrap_or_default();
-                    crate::sharding::with_sharding_constraint(&x, NamedSharding::new(&mesh, spec)?)
+                    crate::sharding_rules::constrain(&x, NamedSharding::new(&mesh, spec)?)
                 } else {
                     onto(x, &auto, &PartitionSpec::default())
                 }
@@ -211,7 +243,7 @@ pub fn auto_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, axes:
         let out = flatten_value(&r);
         let outs = values(&out)?;
         let specs = per_leaf(&out_specs, outs.len(), "auto_axes", "out_sharding specs")?;
-        let placed = outs.iter().zip(specs).map(|(y, s)| crate::sharding::reshard(y, NamedSharding::new(&mesh, s)?)).collect::<Result<Vec<Array>>>()?;
+        let placed = outs.iter().zip(specs).map(|(y, s)| crate::sharding_rules::constrain(y, NamedSharding::new(&mesh, s)?)).collect::<Result<Vec<Array>>>()?;
         unflatten_like::<O::Out>(&out.treedef, placed, out.statics)
     };
     AxesMapped::new("auto_axes", run)
@@ -221,8 +253,9 @@ pub fn auto_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, axes:
 /// `axes` (all when `None`) are `Auto`, `f` runs with them `Explicit`, its arguments laid
 /// out as `in_sharding` (one spec per argument leaf, or one for all) so that their types
 /// carry it (`float32[4@X,4@Y]`) and explicit mode's errors apply to concrete arrays; the
-/// results keep their layout back on the mesh (types plain again). Errors: as
-/// [`auto_axes`].
+/// results keep their layout back on the mesh (types plain again). The mesh is found as
+/// for [`auto_axes`]. Errors: as [`auto_axes`], and JAX's `ValueError` "Context mesh cannot
+/// be empty…" with no mesh.
 #[track_caller]
 pub fn explicit_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, axes: Option<&[&str]>, in_sharding: impl Into<Specs>) -> AxesMapped<A, O::Out> {
     let axes: Option<Vec<String>> = axes.map(|a| a.iter().map(|s| s.to_string()).collect());
@@ -231,7 +264,11 @@ pub fn explicit_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, a
         let mut flat = Flat::default();
         a.flatten(&mut flat);
         let leaves = values(&flat)?;
-        let (mesh, ks) = mesh_and_axes("explicit_axes", &axes, &leaves)?;
+        // JAX 0.10.2's text.
+        let mesh = context_mesh(&leaves)?.ok_or_else(|| {
+            Error::value_error("Context mesh cannot be empty. Please use `jax.set_mesh` API to enter into a mesh context when using `explicit_axes` API.")
+        })?;
+        let (mesh, ks) = mesh_and_axes("explicit_axes", &axes, mesh)?;
         let explicit = switched(&mesh, &ks, AxisType::Explicit)?;
         let specs = per_leaf(&in_specs, leaves.len(), "explicit_axes", "in_sharding specs")?;
         let moved = leaves
@@ -239,8 +276,9 @@ pub fn explicit_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, a
             .zip(&specs)
             .map(|(x, s)| {
                 if x.is_tracer() {
-                    crate::sharding::with_sharding_constraint(x, NamedSharding::new(&mesh, s.clone())?)
+                    crate::sharding_rules::constrain(x, NamedSharding::new(&mesh, s.clone())?)
                 } else {
+                    crate::sharding::check_reshard_devices(x, &explicit)?;
                     crate::sharding::device_put(x, NamedSharding::new(&explicit, s.clone())?)
                 }
             })

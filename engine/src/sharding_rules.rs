@@ -481,8 +481,13 @@ pub(crate) fn with_out_sharding<T>(f: impl FnOnce() -> T) -> T {
 /// it moves the shards now (`device_put`). Inside `jit` it stages a `sharding_constraint`
 /// equation: the propagation gives its result that layout and the partitioner reshards
 /// to it (values unchanged); a device target, or a spec with no mesh set, leaves `x`
-/// unchanged there. Errors: as `device_put` (no mesh set, divisibility); inside `jit`, a
-/// spec longer than `x`'s rank (`ValueError`).
+/// unchanged there. In explicit-sharding mode (JAX's rules): when every axis of the
+/// context mesh (`get_abstract_mesh()`) is `Explicit` it only asserts that `x` already has
+/// that layout (`reshard` moves data); otherwise its spec may name only `Auto` axes.
+/// Errors: as `device_put` (no mesh set, divisibility); inside `jit`, a spec longer than
+/// `x`'s rank (`ValueError`); `AssertionError` for a layout that differs on an
+/// all-`Explicit` mesh (JAX's text), and `ValueError` "The spec of
+/// NamedSharding passed to with_sharding_constraint can only refer to Auto axes …".
 pub fn with_sharding_constraint(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
     let target = target.into();
     if matches!(target, PutTarget::Spec(_)) && crate::sharding::get_mesh().is_none() {
@@ -491,6 +496,57 @@ pub fn with_sharding_constraint(x: &Array, target: impl Into<PutTarget>) -> Resu
             "with_sharding_constraint requires a non-empty mesh in context if you are passing `PartitionSpec`s to shardings. You can define a context mesh via `set_mesh(&mesh)`. Alternatively, provide `Sharding`s to shardings and then the mesh context manager is not required.",
         ));
     }
+    let ctx = crate::sharding_axes::get_abstract_mesh().0;
+    let given = match &target {
+        PutTarget::Sharding(Sharding::Named(ns)) => Some(ns.clone()),
+        PutTarget::Spec(spec) => match crate::sharding::get_mesh() {
+            Some(m) => Some(NamedSharding::new(&m, spec.clone())?),
+            None => None,
+        },
+        _ => None,
+    };
+    if let (Some(ctx), Some(ns)) = (&ctx, &given) {
+        if ctx.axis_types().iter().all(|t| *t == AxisType::Explicit) && ns.spec.0.len() <= x.ndim() {
+            // An assert, not a constraint (JAX 0.10.2's text).
+            let have = crate::sharding::typeof_(x).sharding.map(|s| s.spec).unwrap_or_default();
+            let (have, want) = (padded(&have, x.ndim()), padded(&ns.spec, x.ndim()));
+            if have != want {
+                return Err(Error::new(ErrorKind::Assertion, format!(
+                    "`with_sharding_constraint` acts as an assert when all axes of mesh are of type `Explicit`. The array sharding: {have:?} did not match the sharding provided: {want:?}. Please use `jax.sharding.reshard` to shard your input to the sharding you want."
+                )));
+            }
+            return Ok(x.clone());
+        }
+    }
+    if let Some(ns) = &given {
+        let mesh = crate::sharding_axes::axes_in_scope(&ns.mesh);
+        let explicit = |a: &String| mesh.axis_names().iter().position(|n| n == a).is_some_and(|k| mesh.axis_types()[k] == AxisType::Explicit);
+        if ns.spec.0.iter().any(|e| e.0.iter().any(explicit)) {
+            return Err(Error::value_error(format!(
+                "The spec of NamedSharding passed to with_sharding_constraint can only refer to Auto axes of the mesh. Got spec={:?} and mesh={}. You probably meant to use `reshard` API?",
+                ns.spec,
+                crate::sharding_axes::AbstractMesh(Some(mesh.clone()))
+            )));
+        }
+    }
+    constrain(x, target)
+}
+
+/// `spec` with `None` entries up to `rank` (JAX shows `P(None,)` for a rank-1 array).
+fn padded(spec: &PartitionSpec, rank: usize) -> PartitionSpec {
+    let mut e = spec.0.clone();
+    while e.len() < rank {
+        e.push(PEntry(Vec::new()));
+    }
+    PartitionSpec::from_entries(e)
+}
+
+/// `x` laid out as `target` with no explicit-mode rules: on concrete arrays `device_put`,
+/// inside `jit` a `sharding_constraint` equation (a device target, or a spec with no mesh
+/// set, leaves `x` unchanged there). The engine's own constraints (`auto_axes`, `reshard`)
+/// go through this. Errors: as `device_put`; inside `jit`, a spec longer than `x`'s rank.
+pub(crate) fn constrain(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
+    let target = target.into();
     if x.is_tracer() {
         let ns = match target {
             PutTarget::Sharding(Sharding::Named(ns)) => ns,
@@ -513,8 +569,12 @@ pub fn with_sharding_constraint(x: &Array, target: impl Into<PutTarget>) -> Resu
 }
 
 /// `jax.reshard(x, out_sharding)`: `x` with a new sharding (a `NamedSharding`, or a
-/// `PartitionSpec` on the current mesh), moving data between devices as needed. Values are
-/// unchanged. Inside `jit`, as `with_sharding_constraint`. Errors: as `device_put`.
+/// `PartitionSpec` on the current mesh), moving data between the mesh's devices as needed.
+/// Values are unchanged. Inside `jit`, a `sharding_constraint`. Errors: as `device_put`;
+/// a spec naming an `Auto` or `Manual` axis (JAX's `ValueError: PartitionSpec passed to
+/// reshard cannot contain axis names that are of type Auto or Manual …`: use
+/// `with_sharding_constraint` there); `x` committed to devices other than the mesh's
+/// (JAX's `ValueError: Received incompatible devices …`: `device_put` moves it).
 pub fn reshard(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
     let target = target.into();
     if let (PutTarget::Spec(spec), None) = (&target, crate::sharding::get_mesh()) {
@@ -523,7 +583,27 @@ pub fn reshard(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
             "Using PartitionSpec when you are not under a mesh context is not allowed. Please pass a NamedSharding instance or enter into a mesh context via `set_mesh`. Got {spec:?}"
         )));
     }
-    with_sharding_constraint(x, target)
+    let given = match &target {
+        PutTarget::Sharding(Sharding::Named(ns)) => Some((ns.mesh.clone(), ns.spec.clone())),
+        PutTarget::Spec(spec) => crate::sharding::get_mesh().map(|m| (m, spec.clone())),
+        _ => None,
+    };
+    if let Some((m, spec)) = given {
+        let scoped = crate::sharding_axes::axes_in_scope(&m);
+        for a in spec.0.iter().flat_map(|e| e.0.iter()) {
+            if let Some(k) = scoped.axis_names().iter().position(|n| n == a) {
+                let t = scoped.axis_types()[k];
+                if t != AxisType::Explicit {
+                    // JAX 0.10.2's text.
+                    return Err(Error::value_error(format!(
+                        "PartitionSpec passed to reshard cannot contain axis names that are of type Auto or Manual. Got PartitionSpec: {spec:?} with axis name: {a} of type: AxisType.{t:?}."
+                    )));
+                }
+            }
+        }
+        crate::sharding::check_reshard_devices(x, &m)?;
+    }
+    constrain(x, target)
 }
 
 /// `jnp.dot(a, b, out_sharding=spec)`: the product, laid out as `out_sharding`. This is

@@ -57,9 +57,13 @@ fn scan_over_xs_split_along_a_non_scanned_dim_runs_per_device() {
     let text = plan_text(&f, (&c0, &pxs));
     assert_eq!(control_notes(&text), vec!["scan: runs per device (its body is shard-local on blocks)".to_string()]);
     assert!(text.contains("f32[6,2]") && !text.contains("all_gather["), "{text}");
-    // xs split along the scanned dim: all-gathered along it first, then per device.
+    // xs split along the scanned dim: JAX's error over an Explicit axis; over an Auto one,
+    // all-gathered along it first, then per device.
     let (xs2, _) = host_array(&[8, 16], 32);
-    let p2 = put(&xs2, &mesh, P!("i", None));
+    let e = f.call((&c0, &put(&xs2, &mesh, P!("i", None)))).unwrap_err();
+    assert!(e.message.starts_with("0th dimension of all xs should be replicated. Got P('i', None)"), "{e}");
+    let auto = make_mesh(&[8], &["i"], Some(&[AxisType::Auto])).unwrap();
+    let (c0, p2) = (put(&jnp::zeros(&[16], DType::F32), &auto, P!("i")), put(&xs2, &auto, P!("i", None)));
     let (c, ys) = f.call((&c0, &p2)).unwrap();
     let (wc, wys) = f.call((&c0, &xs2)).unwrap();
     assert_eq!(c.to_vec::<f32>().unwrap(), wc.to_vec::<f32>().unwrap());

@@ -221,3 +221,99 @@ fn explicit_axes_inside_an_auto_jit() {
     let zv: Vec<f32> = (0..16).map(|i| 2.0 * i as f32).collect();
     assert_eq!(z.to_vec::<f32>().unwrap(), zv);
 }
+
+/// Contexts nest as JAX's: `auto_axes` inside `explicit_axes` switches the axes of the
+/// enclosing (explicit) mesh, a `shard_map` body's abstract mesh is all `Manual` and
+/// switching from it is JAX's `NotImplementedError`; with no mesh `auto_axes` just calls
+/// `f` and `explicit_axes` is JAX's error; `get_abstract_mesh` inside `jit` with no mesh
+/// set is empty; `scan` over xs split on their leading axis is JAX's `ValueError`; an
+/// array committed to other devices is not silently moved. Texts are JAX 0.10.2's.
+#[test]
+fn axis_contexts_nest_shard_map_is_manual_and_misuse_is_an_error() {
+    let _s = serial();
+    eight_cpu_devices();
+    let am = |t: &str| format!("AbstractMesh('X': 4, 'Y': 2, axis_types=({t}), device_kind=cpu, num_cores=None, platform=cpu)");
+    let lines = Lines::default();
+    {
+        let auto = make_mesh(&[4, 2], &["X", "Y"], Some(&[AxisType::Auto, AxisType::Auto])).unwrap();
+        let _m = set_mesh(&auto);
+        let (l1, l2) = (lines.clone(), lines.clone());
+        let inner = auto_axes(
+            move |x: Array| {
+                l2.push(format!("inner {} {}", get_abstract_mesh(), typeof_(&x)));
+                x
+            },
+            Some(&["X"]),
+            [P!("X")],
+        );
+        let outer = explicit_axes(
+            move |x: Array| -> Result<Array> {
+                l1.push(format!("outer {} {}", get_abstract_mesh(), typeof_(&x)));
+                inner.call(x)
+            },
+            None,
+            [P!("X", "Y")],
+        );
+        let out = outer.call(jnp::ones(&[8, 4], DType::F32)).unwrap();
+        assert_eq!(
+            lines.take(),
+            [format!("outer {} float32[8@X,4@Y]", am("Explicit, Explicit")), format!("inner {} float32[8,4@Y]", am("Auto, Explicit"))]
+        );
+        assert_eq!(typeof_(&out).to_string(), "float32[8,4]");
+        assert_eq!(out.to_vec::<f32>().unwrap(), vec![1.0; 32]);
+    }
+    let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let xs = device_put(&jnp::arange(8.0), NamedSharding::new(&mesh, P!("X")).unwrap()).unwrap();
+    // No mesh set.
+    let doubled = auto_axes(|x: Array| x * 2.0, None, [P!()]).call(jnp::arange(4.0)).unwrap();
+    assert_eq!(doubled.to_vec::<f32>().unwrap(), [0.0, 2.0, 4.0, 6.0]);
+    let e = explicit_axes(|x: Array| x * 2.0, None, [P!()]).call(jnp::arange(4.0)).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: Context mesh cannot be empty. Please use `jax.set_mesh` API to enter into a mesh context when using `explicit_axes` API.");
+    let l = lines.clone();
+    jit(move |x: Array| {
+        l.push(get_abstract_mesh().to_string());
+        x
+    })
+    .call(&xs)
+    .unwrap();
+    assert_eq!(lines.take(), ["AbstractMesh((), axis_types=())"]);
+    let _m = set_mesh(&mesh);
+    // shard_map bodies: Manual axes.
+    let l = lines.clone();
+    let sm = shard_map(
+        move |x: Array| {
+            l.push(get_abstract_mesh().to_string());
+            x
+        },
+        None,
+        [P!("X")],
+        [P!("X")],
+    );
+    assert_eq!(sm.call(&xs).unwrap().to_vec::<f32>().unwrap(), jnp::arange(8.0).to_vec::<f32>().unwrap());
+    assert_eq!(lines.take(), [am("Manual, Manual")]);
+    let manual_err = "NotImplementedError: Going from `Manual` AxisType to `Auto` or `Explicit` AxisType is not allowed. Please file a bug at https://github.com/jax-ml/jax/issues with your use case";
+    let sa = shard_map(|x: Array| auto_axes(|y: Array| y * 2.0, None, [P!()]).call(x), None, [P!("X")], [P!("X")]);
+    assert_eq!(sa.call(&xs).unwrap_err().to_string(), manual_err);
+    let sa2 = sa.clone();
+    assert_eq!(jit(move |x: Array| sa2.call(x)).call(&xs).unwrap_err().to_string(), manual_err);
+    let se = shard_map(|x: Array| explicit_axes(|y: Array| y * 2.0, None, [P!()]).call(x), None, [P!("X")], [P!("X")]);
+    assert_eq!(se.call(&xs).unwrap_err().to_string(), manual_err);
+    // scan over xs split on the leading axis.
+    let x2 = device_put(&jnp::ones(&[8, 4], DType::F32), P!("X", "Y")).unwrap();
+    let body = |(c, x): (Array, Array)| -> Result<(Array, Array)> { Ok((&c + &jnp::sum(&x, None)?, x * 2.0)) };
+    let e = lax::scan(body, Array::scalar(0.0f32), x2.clone(), None, false, 1).unwrap_err();
+    assert_eq!(e.to_string(), "ValueError: 0th dimension of all xs should be replicated. Got P('X', 'Y')");
+    let e = jit(move |a: Array| lax::scan(body, Array::scalar(0.0f32), a, None, false, 1)).call(&x2).unwrap_err();
+    assert!(e.message.starts_with("0th dimension of all xs should be replicated. Got P('X', 'Y')"), "{e}");
+    let x3 = device_put(&jnp::ones(&[8, 4], DType::F32), P!(None, "X")).unwrap();
+    let (c, ys) = lax::scan(body, Array::scalar(0.0f32), x3, None, false, 1).unwrap();
+    assert_eq!(c.item::<f32>().unwrap(), 32.0);
+    assert_eq!(ys.to_vec::<f32>().unwrap(), vec![2.0; 32]);
+    // Committed to other devices.
+    let one = device_put(&jnp::arange(8.0), devices()[0]).unwrap();
+    let devs = "with device ids [0] on platform CPU and jit's context mesh with device ids [0, 1, 2, 3, 4, 5, 6, 7] on platform CPU";
+    let e = auto_axes(|y: Array| y * 2.0, None, [P!("X")]).call(&one).unwrap_err();
+    assert_eq!(e.to_string(), format!("ValueError: Received incompatible devices for jitted computation. Got argument args[0] of reshard with shape float32[8] and {devs}"));
+    let e = explicit_axes(|y: Array| y * 2.0, None, [P!("X")]).call(&one).unwrap_err();
+    assert!(e.to_string().ends_with(devs), "{e}");
+}

@@ -274,12 +274,36 @@ fn with_sharding_constraint_and_reshard() {
     let r = reshard(&x, P!(("X", "Y"))).unwrap();
     assert_eq!(typeof_(&r).to_string(), "float32[8@(X,Y),4]");
     assert_eq!(r.to_vec::<f32>().unwrap(), arange(32));
-    let c = with_sharding_constraint(&x, NamedSharding::new(&mesh, P!()).unwrap()).unwrap();
+    let c = reshard(&x, NamedSharding::new(&mesh, P!()).unwrap()).unwrap();
     assert_eq!(typeof_(&c).to_string(), "float32[8,4]");
     assert_eq!(c.addressable_shards().unwrap().len(), 8);
-    // Inside jit it is the identity on values.
-    let f = jit(|x: Array| with_sharding_constraint(&(x.clone() * 2.0), P!("X", None)).unwrap());
-    close(&f.call(&x).unwrap(), &(host * 2.0));
+    // On an all-Explicit mesh with_sharding_constraint only asserts the layout (JAX's
+    // AssertionError), eagerly and inside jit; a matching one is the identity on values.
+    let e = with_sharding_constraint(&x, NamedSharding::new(&mesh, P!()).unwrap()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "AssertionError: `with_sharding_constraint` acts as an assert when all axes of mesh are of type `Explicit`. The array sharding: P('X', 'Y') did not match the sharding provided: P(None, None). Please use `jax.sharding.reshard` to shard your input to the sharding you want."
+    );
+    let e = jit(|x: Array| with_sharding_constraint(&(x.clone() * 2.0), P!("X", None))).call(&x).unwrap_err();
+    assert!(e.message.contains("The array sharding: P('X', 'Y') did not match the sharding provided: P('X', None)."), "{e}");
+    let f = jit(|x: Array| with_sharding_constraint(&(x.clone() * 2.0), P!("X", "Y")).unwrap());
+    let y = f.call(&x).unwrap();
+    close(&y, &(host * 2.0));
+    assert_eq!(typeof_(&y).to_string(), "float32[8@X,4@Y]");
+    // reshard names only Explicit axes; it does not move an array committed elsewhere.
+    let am = make_mesh(&[4, 2], &["X", "Y"], Some(&[AxisType::Auto, AxisType::Auto])).unwrap();
+    let e = reshard(&x, NamedSharding::new(&am, P!("X")).unwrap()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "ValueError: PartitionSpec passed to reshard cannot contain axis names that are of type Auto or Manual. Got PartitionSpec: P('X',) with axis name: X of type: AxisType.Auto."
+    );
+    let one = device_put(&jnp::arange(8.0), devices()[0]).unwrap();
+    let e = reshard(&one, P!("X")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "ValueError: Received incompatible devices for jitted computation. Got argument args[0] of reshard with shape float32[8] and with device ids [0] on platform CPU and jit's context mesh with device ids [0, 1, 2, 3, 4, 5, 6, 7] on platform CPU"
+    );
+    assert_eq!(typeof_(&reshard(&jnp::arange(8.0), P!("X")).unwrap()).to_string(), "float32[8@X]");
 }
 
 #[test]

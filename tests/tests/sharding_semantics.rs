@@ -406,7 +406,7 @@ fn a_constraint_on_the_output_lays_out_the_result_of_an_unsharded_call() {
         assert_eq!(y.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
     }
     // A constraint in the middle changes no result's layout.
-    let h = jit(|x: Array| with_sharding_constraint(&x, NamedSharding::new(&make_mesh(&[8], &["x"], None).unwrap(), P!("x", None)).unwrap()).map(|c| c.sum()));
+    let h = jit(|x: Array| with_sharding_constraint(&x, NamedSharding::new(&make_mesh(&[8], &["x"], Some(&[AxisType::Auto])).unwrap(), P!("x", None)).unwrap()).map(|c| c.sum()));
     let s = h.call(&x).unwrap();
     assert_eq!(s.item::<f32>().unwrap(), 496.0);
 }

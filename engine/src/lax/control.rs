@@ -322,6 +322,16 @@ fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
         (None, Some(n)) => n,
         (None, None) => return Err(Error::value_error("scan got no xs and no length").here()),
     };
+    // JAX's check in explicit-sharding mode: the body gets one slice of the leading axis,
+    // which must not be split over `Explicit` mesh axes.
+    for x in &xl {
+        if let Some(ns) = crate::sharding::typeof_(x).sharding {
+            let explicit = |a: &String| ns.mesh.axis_names().iter().position(|n| n == a).is_some_and(|k| ns.mesh.axis_types()[k] == crate::sharding::AxisType::Explicit);
+            if ns.spec.0.first().is_some_and(|e| e.0.iter().any(explicit)) {
+                return Err(Error::value_error(format!("0th dimension of all xs should be replicated. Got {:?}", ns.spec)).here());
+            }
+        }
+    }
     // The body sees one slice of each x.
     let mut arg = Flat::default();
     arg.treedef = TreeDef::tuple(vec![cflat.treedef.clone(), xflat.treedef.clone()]);
@@ -362,7 +372,8 @@ pub fn fori_loop<C: Pytree, O: TraceOutput<Out = C>>(lower: i32, upper: i32, bod
     let n = (upper - lower).max(0) as usize;
     let start = Array::from_buffer(
         crate::runtime::Buffer::from_slice(&ShapedArray::new(&[], DType::I32), &[lower]).expect("scalar"),
-        false,
+        // Weakly typed, as JAX's index from Python int bounds (`~int32[]` in the body).
+        true,
     );
     let ((_, c), ()) = scan_impl(
         |((i, c), ()): ((Array, C), ())| -> Result<((Array, C), ())> {

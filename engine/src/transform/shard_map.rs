@@ -154,6 +154,9 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
         let mut out_flat = Flat::default();
         let traced = {
             let _env = crate::lax::parallel::bind_axes(&axes);
+            // Inside the body every mesh axis is `Manual` (`get_abstract_mesh()`).
+            let manual = mesh.with_axis_types(&vec![crate::sharding::AxisType::Manual; mesh.axis_names().len()])?;
+            let _scope = crate::sharding_axes::ScopeGuard::push(&manual);
             trace_to_jaxpr("shard_map", &block_avals, |tracers| {
                 let _body = enter_body(&mesh, &ins);
                 let a = unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone())?;
