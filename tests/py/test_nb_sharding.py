@@ -183,6 +183,15 @@ def test_illegal_result_and_fix(nb):
     assert nums == [2 * v for v in range(16)], text
 
 
+def test_with_sharding_constraint_asserts_on_an_explicit_mesh(nb):
+    # JAX 0.10.2, mesh (4, 2) Explicit, k laid out P(None, 'X').
+    (e,) = errors(cell_with(nb, 'with_sharding_constraint(&k, P!("X", None))'))
+    assert e.ename == "AssertionError", e
+    assert e.evalue == ("`with_sharding_constraint` acts as an assert when all axes of mesh are of type `Explicit`. "
+                        "The array sharding: P(None, 'X') did not match the sharding provided: P('X', None). "
+                        "Please use `jax.sharding.reshard` to shard your input to the sharding you want."), e.evalue
+
+
 def test_auto_axes(nb):
     # JAX 0.10.2: auto_axes(add)(r, k, out_sharding=P("X", None)) → int32[4@X,4]; inside,
     # the mesh is Auto and the argument's type plain.
