@@ -309,6 +309,17 @@ fn axis_contexts_nest_shard_map_is_manual_and_misuse_is_an_error() {
     let (c, ys) = lax::scan(body, Array::scalar(0.0f32), x3, None, false, 1).unwrap();
     assert_eq!(c.item::<f32>().unwrap(), 32.0);
     assert_eq!(ys.to_vec::<f32>().unwrap(), vec![2.0; 32]);
+    // Under vmap a row of float32[8@X,4@Y] is float32[4@Y] (JAX): the explicit-mode
+    // assert of with_sharding_constraint holds for P('Y').
+    let xy = device_put(&jnp::arange(32.0).reshape(&[8, 4]), P!("X", "Y")).unwrap();
+    let l = lines.clone();
+    let rows = vmap(move |r: Array| -> Result<Array> {
+        l.push(typeof_(&r).to_string());
+        with_sharding_constraint(&r, P!("Y"))
+    })(xy.clone())
+    .unwrap();
+    assert_eq!(lines.take(), ["float32[4@Y]"]);
+    assert_eq!(rows.to_vec::<f32>().unwrap(), xy.to_vec::<f32>().unwrap());
     // Committed to other devices.
     let one = device_put(&jnp::arange(8.0), devices()[0]).unwrap();
     let devs = "with device ids [0] on platform CPU and jit's context mesh with device ids [0, 1, 2, 3, 4, 5, 6, 7] on platform CPU";

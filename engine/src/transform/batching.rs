@@ -496,6 +496,23 @@ pub fn vmap_axes<'a, A: Pytree, O: TraceOutput>(
         let mut size: Option<usize> = None;
         let mut args = Vec::new();
         let mut avals = Vec::new();
+        // Each leaf's per-example type: its sharding without the mapped dim (JAX's
+        // `float32[4@Y]` for a row of `float32[8@X,4@Y]`), so `typeof_` inside shows it and
+        // `with_sharding_constraint`'s explicit-mode assert sees it.
+        let typed = crate::trace::has_typed_args();
+        let types: Vec<Option<crate::sharding_types::ValueType>> = leaves
+            .iter()
+            .zip(&axes)
+            .map(|(x, ax)| {
+                let mut t = if typed || !x.is_tracer() { crate::sharding::value_type(x) } else { None }?;
+                if let (Some(ax), Some(s)) = (ax, t.sharding.as_mut()) {
+                    if *ax < s.spec.0.len() {
+                        s.spec.0.remove(*ax);
+                    }
+                }
+                Some(t)
+            })
+            .collect();
         for (x, ax) in leaves.iter().zip(&axes) {
             match ax {
                 Some(ax) => {
@@ -531,6 +548,7 @@ pub fn vmap_axes<'a, A: Pytree, O: TraceOutput>(
         let b = size.ok_or_else(|| Error::value_error("vmap must have at least one non-None value in in_axes"))?;
         let mut out_flat = Flat::default();
         let j = trace_to_jaxpr("vmap", &avals, |tracers| {
+            crate::sharding_types::type_innermost_args(types.clone());
             let a = unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone())?;
             let r = f(a).into_result()?;
             out_flat = flatten_value(&r);

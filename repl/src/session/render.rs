@@ -478,7 +478,7 @@ pub fn unpersistable_note(message: &str) -> Option<String> {
     let var = message.strip_prefix("The variable `")?.split('`').next()?;
     (message.contains("which cannot be persisted") && (message.contains("impl Fn") || message.contains("is a closure"))).then(|| {
         format!(
-            "`{var}` is a function value whose type Rust does not name (what `vmap`, `grad` or a closure returns), so              it cannot be kept for later cells: wrap it in `jit(..)` (a `Jitted` is kept; call it with `.call(..)`),              use it within this cell (inside `{{ .. }}`), or write it as a `fn` item"
+            "`{var}` is a function value whose type Rust does not name (what `vmap`, `grad` or a closure returns), so it cannot be kept for later cells: wrap it in `jit(..)` (a `Jitted` is kept; call it with `.call(..)`), use it within this cell (inside `{{ .. }}`), or write it as a `fn` item"
         )
     })
 }
