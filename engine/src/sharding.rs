@@ -245,6 +245,10 @@ impl Mesh {
     pub fn axis_types(&self) -> &[AxisType] {
         &self.0.axis_types
     }
+    /// The `AxisType` of the axis named `name`; `None` when the mesh has no such axis.
+    pub fn axis_type(&self, name: &str) -> Option<AxisType> {
+        self.0.axis_names.iter().position(|n| n == name).map(|k| self.0.axis_types[k])
+    }
     /// The devices in row-major order over the axes (JAX's `mesh.devices.flat`).
     pub fn devices(&self) -> Vec<Device> {
         self.0.devices.iter().map(|&id| Device { id }).collect()

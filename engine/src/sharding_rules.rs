@@ -86,7 +86,7 @@ fn short_type(aval: &ShapedArray, dims: &Dims) -> String {
 
 /// Whether every axis in `axes` is `Explicit` on `mesh` (errors are raised only then).
 fn all_explicit<'a>(mesh: &Mesh, mut axes: impl Iterator<Item = &'a String>) -> bool {
-    axes.all(|a| mesh.axis_names().iter().position(|n| n == a).map(|k| mesh.axis_types()[k] == AxisType::Explicit).unwrap_or(false))
+    axes.all(|a| mesh.axis_type(a) == Some(AxisType::Explicit))
 }
 
 fn sharding_error(msg: String) -> Error {
@@ -520,8 +520,7 @@ pub fn with_sharding_constraint(x: &Array, target: impl Into<PutTarget>) -> Resu
     }
     if let Some(ns) = &given {
         let mesh = crate::sharding_axes::axes_in_scope(&ns.mesh);
-        let explicit = |a: &String| mesh.axis_names().iter().position(|n| n == a).is_some_and(|k| mesh.axis_types()[k] == AxisType::Explicit);
-        if ns.spec.0.iter().any(|e| e.0.iter().any(explicit)) {
+        if ns.spec.0.iter().any(|e| e.0.iter().any(|a| mesh.axis_type(a) == Some(AxisType::Explicit))) {
             return Err(Error::value_error(format!(
                 "The spec of NamedSharding passed to with_sharding_constraint can only refer to Auto axes of the mesh. Got spec={:?} and mesh={}. You probably meant to use `reshard` API?",
                 ns.spec,
@@ -591,8 +590,7 @@ pub fn reshard(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
     if let Some((m, spec)) = given {
         let scoped = crate::sharding_axes::axes_in_scope(&m);
         for a in spec.0.iter().flat_map(|e| e.0.iter()) {
-            if let Some(k) = scoped.axis_names().iter().position(|n| n == a) {
-                let t = scoped.axis_types()[k];
+            if let Some(t) = scoped.axis_type(a) {
                 if t != AxisType::Explicit {
                     // JAX 0.10.2's text.
                     return Err(Error::value_error(format!(

@@ -326,7 +326,7 @@ fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
     // which must not be split over `Explicit` mesh axes.
     for x in &xl {
         if let Some(ns) = crate::sharding::typeof_(x).sharding {
-            let explicit = |a: &String| ns.mesh.axis_names().iter().position(|n| n == a).is_some_and(|k| ns.mesh.axis_types()[k] == crate::sharding::AxisType::Explicit);
+            let explicit = |a: &String| ns.mesh.axis_type(a) == Some(crate::sharding::AxisType::Explicit);
             if ns.spec.0.first().is_some_and(|e| e.0.iter().any(explicit)) {
                 return Err(Error::value_error(format!("0th dimension of all xs should be replicated. Got {:?}", ns.spec)).here());
             }
@@ -372,8 +372,7 @@ pub fn fori_loop<C: Pytree, O: TraceOutput<Out = C>>(lower: i32, upper: i32, bod
     let n = (upper - lower).max(0) as usize;
     let start = Array::from_buffer(
         crate::runtime::Buffer::from_slice(&ShapedArray::new(&[], DType::I32), &[lower]).expect("scalar"),
-        // Weakly typed, as JAX's index from Python int bounds (`~int32[]` in the body).
-        true,
+        false,
     );
     let ((_, c), ()) = scan_impl(
         |((i, c), ()): ((Array, C), ())| -> Result<((Array, C), ())> {

@@ -499,12 +499,11 @@ pub fn vmap_axes<'a, A: Pytree, O: TraceOutput>(
         // Each leaf's per-example type: its sharding without the mapped dim (JAX's
         // `float32[4@Y]` for a row of `float32[8@X,4@Y]`), so `typeof_` inside shows it and
         // `with_sharding_constraint`'s explicit-mode assert sees it.
-        let typed = crate::trace::has_typed_args();
-        let types: Vec<Option<crate::sharding_types::ValueType>> = leaves
-            .iter()
+        let types: Vec<Option<crate::sharding_types::ValueType>> = crate::sharding_types::leaf_types(&flat)
+            .into_iter()
             .zip(&axes)
-            .map(|(x, ax)| {
-                let mut t = if typed || !x.is_tracer() { crate::sharding::value_type(x) } else { None }?;
+            .map(|(t, ax)| {
+                let mut t = t?;
                 if let (Some(ax), Some(s)) = (ax, t.sharding.as_mut()) {
                     if *ax < s.spec.0.len() {
                         s.spec.0.remove(*ax);
