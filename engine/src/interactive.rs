@@ -5,6 +5,8 @@
 
 pub use crate::trace::cells::enter_cell;
 
+pub mod rebound;
+
 /// A panic location as the engine shows locations: `cell N, line L` for a line of a REPL
 /// cell (`trace::cells`), `file:line:column` otherwise. The session's panic hook uses it.
 pub fn location_label(loc: &std::panic::Location<'_>) -> String {

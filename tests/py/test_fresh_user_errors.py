@@ -9,7 +9,8 @@ real kernel (jupyter_client) and the real `jaxrepl` binary (pexpect).
   of the traced function, as JAX's does.
 - A matmul shape mismatch reads like JAX's dot_general error.
 - A magic with unbalanced brackets shows the user's line and column and a fix.
-- A cell that stops part-way says which of its variables were not kept, and the fix.
+- A cell that stops part-way says which of its variables were not kept, and the fix; a
+  name it binds again keeps the value an earlier cell gave it (session 14's fresh user).
 - In the terminal: cargo's `Compiling` lines never show; lines separated by LF (typed
   ahead, pasted without bracketed paste) each run.
 """
@@ -120,6 +121,53 @@ def test_a_cell_that_stops_early_names_the_variables_it_did_not_keep(kernel):
     reply, outputs = run(kc, "keep1 + 41")
     ok(reply, outputs)
     assert "42" in text_of(outputs), outputs
+
+
+@needs_engine
+def test_a_failed_cell_leaves_the_earlier_value_of_a_name_it_binds_again(kernel):
+    # Found by a fresh user (session 14): evcxr dropped every name a failing cell bound
+    # again, so the earlier cells' `v` and `x` were gone. The engine keeps them aside at
+    # the cell's start (moved, or cloned when the cell reads them first) and the session
+    # binds them again after the failure.
+    _, kc = kernel
+    reply, outputs = run(kc, 'let rv = 1i32;\nlet rx = jnp::arange(4.0);\nlet rs = String::from("old");',
+                         timeout=FIRST_CELL_TIMEOUT)
+    ok(reply, outputs)
+    reply, outputs = run(kc, 'let rv = 2i32;\nlet rx = &rx * 10.0;\nlet rs = rs + "!";\nlet nope: i32 = "x".parse()?;')
+    tb = failed(reply, outputs)
+    assert "This cell's variable `nope` (line 4) was not kept; `rv` (line 1), `rx` (line 2), `rs` (line 3) keep their " \
+           "value from before the cell" in tb, tb
+    reply, outputs = run(kc, 'println!("{rv} {:?} {rs}", rx.to_vec::<f32>()?);')
+    ok(reply, outputs)
+    assert "1 [0.0, 1.0, 2.0, 3.0] old" in text_of(outputs), outputs
+    # A panic, too; and the value is the earlier one even though the cell moved it.
+    reply, outputs = run(kc, "let rx = rx * 2.0;\nlet rv = rv + 1;\npanic!(\"boom\");")
+    tb = failed(reply, outputs)
+    assert "`rx` (line 1), `rv` (line 2) keep their value from before the cell" in tb, tb
+    reply, outputs = run(kc, 'println!("{rv} {}", rx.sum().item::<f32>()?);')
+    ok(reply, outputs)
+    assert "1 6" in text_of(outputs), outputs
+    # A type without Clone that the cell reads first cannot be kept: the note says so.
+    reply, outputs = run(kc, "struct Nc(i32);\nlet rn = Nc(1);")
+    ok(reply, outputs)
+    reply, outputs = run(kc, 'let rn = Nc(rn.0 + 1);\nlet bad: i32 = "q".parse()?;')
+    tb = failed(reply, outputs)
+    assert "`rn` (line 1) lost its value from before the cell too" in tb, tb
+    # ... but one the cell does not read first is moved aside and comes back.
+    reply, outputs = run(kc, "let rn = Nc(7);")
+    ok(reply, outputs)
+    reply, outputs = run(kc, 'let rn = Nc(8);\nlet bad: i32 = "q".parse()?;')
+    tb = failed(reply, outputs)
+    assert "`rn` (line 1) keeps its value from before the cell" in tb, tb
+    reply, outputs = run(kc, 'println!("rn = {}", rn.0);')
+    ok(reply, outputs)
+    assert "rn = 7" in text_of(outputs), outputs
+    # A cell that succeeds binds the new values, as always.
+    reply, outputs = run(kc, 'let rv = 5i32;\nlet rx = rx + 1.0;')
+    ok(reply, outputs)
+    reply, outputs = run(kc, 'println!("{rv} {:?}", rx.to_vec::<f32>()?);')
+    ok(reply, outputs)
+    assert "5 [1.0, 2.0, 3.0, 4.0]" in text_of(outputs), outputs
 
 
 @needs_engine

@@ -60,13 +60,16 @@ fn registry() -> &'static Mutex<Registry> {
 /// The REPL session prepends this call to each cell; it is not meant to be called by hand.
 /// Never fails: when the source cannot be read or the crate not identified, locations in
 /// this cell stay `src/lib.rs:LINE:COL`. A pending interrupt (one that came before the
-/// cell's code started) is dropped.
+/// cell's code started) is dropped, and so are the earlier values kept for the previous
+/// cell (`interactive::rebound`): that cell succeeded, or the session took them back.
 #[track_caller]
 pub fn enter_cell(cell: u64, lib_rs: &str, code: &str) {
     // An interrupt that arrived before this cell's code started (Ctrl-C while an earlier
     // cell was being built: "nothing ran") belongs to no computation of this cell: without
     // this, this cell's first wait took it and failed with KeyboardInterrupt.
     let _ = crate::runtime::interrupt::take_if_set();
+    // The previous cell succeeded or was already given back what it kept.
+    crate::interactive::rebound::clear_kept();
     let loc = Location::caller();
     let Some(base) = object_base(loc.file().as_ptr()) else { return };
     let generated = std::fs::read_to_string(lib_rs).unwrap_or_default();

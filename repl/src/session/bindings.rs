@@ -54,11 +54,93 @@ pub fn cell_bindings(code: &str) -> Vec<Binding> {
     out
 }
 
+/// How the session keeps the value an earlier cell gave a variable that the cell binds
+/// again (the engine's `jax::interactive::rebound`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepBy {
+    /// The cell does not use the name before binding it again: the value is moved aside
+    /// (any type, no copy).
+    Move,
+    /// The cell reads the earlier value first: a clone is kept when its type is `Clone`
+    /// (an `Array` clone shares its buffers), nothing otherwise.
+    Clone,
+}
+
+/// The variables of `earlier` (the session's names) that the cell binds again with a
+/// top-level `let`, in order, each with how to keep its earlier value: [`KeepBy::Move`]
+/// when the name appears nowhere in the cell's text before the end of that `let` (the
+/// binding itself aside; a word match, so a mention in a string, comment or macro counts,
+/// which errs on the side of a clone), else [`KeepBy::Clone`].
+pub fn rebound(code: &str, earlier: &[&str]) -> Vec<(String, KeepBy)> {
+    const PRELUDE: &str = "fn f(){";
+    let parsed = SourceFile::parse(&format!("{PRELUDE}{code}\n}}"), Edition::CURRENT);
+    let Some(list) = parsed
+        .tree()
+        .syntax()
+        .children()
+        .find_map(ast::Fn::cast)
+        .and_then(|f| f.body())
+        .and_then(|b| b.stmt_list())
+    else {
+        return Vec::new();
+    };
+    let offset = |at: ra_ap_syntax::TextSize| usize::from(at).saturating_sub(PRELUDE.len()).min(code.len());
+    let mut out: Vec<(String, KeepBy)> = Vec::new();
+    for stmt in list.statements() {
+        let ast::Stmt::LetStmt(stmt) = stmt else { continue };
+        let Some(pat) = stmt.pat() else { continue };
+        let end = offset(stmt.syntax().text_range().end());
+        for ident in pat.syntax().descendants().filter_map(ast::IdentPat::cast) {
+            let Some(name) = ident.name() else { continue };
+            let name = name.text().to_string();
+            if !earlier.contains(&name.as_str()) || out.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            let binding = offset(ident.syntax().text_range().start());
+            let binding = binding + code[binding..end].find(name.as_str()).unwrap_or(0);
+            let used_before = word_positions(&code[..end], &name).any(|at| at != binding);
+            out.push((name, if used_before { KeepBy::Clone } else { KeepBy::Move }));
+        }
+    }
+    out
+}
+
+/// Byte offsets in `text` where `word` occurs as a whole identifier.
+fn word_positions<'a>(text: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    text.match_indices(word).map(|(at, _)| at).filter(move |&at| {
+        !ident(text[..at].chars().next_back()) && !ident(text[at + word.len()..].chars().next())
+    })
+}
+
+/// The statements, on one line, that hand each earlier value of `plan` (from
+/// [`rebound`]) to the engine at the cell's start.
+pub fn keep_code(plan: &[(String, KeepBy)]) -> String {
+    const AT: &str = "jax::interactive::rebound";
+    plan.iter()
+        .map(|(name, by)| match by {
+            KeepBy::Move => format!(" {AT}::keep_rebound(\"{name}\", {name});"),
+            KeepBy::Clone => format!(
+                " {{ use {AT}::{{KeepByClone as _, KeepNothing as _}}; (&{AT}::Rebound(&{name})).keep(\"{name}\"); }}"
+            ),
+        })
+        .collect()
+}
+
+/// The cell that binds each of `vars` (`(name, type)`, as evcxr names the type) again
+/// from the value the engine kept.
+pub fn restore_code(vars: &[(String, String)]) -> String {
+    vars.iter()
+        .map(|(name, ty)| format!("let mut {name}: {ty} = jax::interactive::rebound::take_kept::<{ty}>(\"{name}\");\n"))
+        .collect()
+}
+
 /// The note for a cell that failed part-way: which of its own variables were not kept
-/// (`lost`: bound by the cell, absent now) and which keep the value they had before the
-/// cell (`stale`: bound by the cell, but defined by an earlier cell too), why, and the
-/// fix. `None` when both are empty.
-pub fn not_kept_note(lost: &[Binding], stale: &[Binding]) -> Option<String> {
+/// (`lost`: bound by the cell, absent now), which of those lost the value an earlier
+/// cell gave them as well (`gone`, a subset of `lost`), and which keep the value they had
+/// before the cell (`stale`: bound by the cell, defined by an earlier cell, kept or given
+/// back by the session), why, and the fix. `None` when `lost` and `stale` are empty.
+pub fn not_kept_note(lost: &[Binding], stale: &[Binding], gone: &[Binding]) -> Option<String> {
     if lost.is_empty() && stale.is_empty() {
         return None;
     }
@@ -67,6 +149,14 @@ pub fn not_kept_note(lost: &[Binding], stale: &[Binding]) -> Option<String> {
     if !lost.is_empty() {
         let (s, were) = if lost.len() == 1 { ("", "was") } else { ("s", "were") };
         text.push_str(&format!("This cell's variable{s} {} {were} not kept", names(lost)));
+        if !gone.is_empty() {
+            let (they, its) = if gone.len() == 1 { ("it", "its") } else { ("they", "their") };
+            text.push_str(&format!(
+                ", and {} lost {its} value from before the cell too (the cell read {they} before binding {they} again, \
+                 and only a type that is `Clone` can be kept then)",
+                names(gone)
+            ));
+        }
     }
     if !stale.is_empty() {
         let (s, keep) = if stale.len() == 1 { ("", "keeps its") } else { ("s", "keep their") };
@@ -167,13 +257,51 @@ mod tests {
     #[test]
     fn the_note_names_the_variables_and_the_fix() {
         let lost = cell_bindings("let keep1 = 1;\nlet keep2 = 2;");
-        let note = not_kept_note(&lost, &[]).unwrap();
+        let note = not_kept_note(&lost, &[], &[]).unwrap();
         assert!(note.starts_with("This cell's variables `keep1` (line 1), `keep2` (line 2) were not kept: the cell stopped early"), "{note}");
         assert!(note.ends_with("Fix: put the failing statement in its own cell, so the statements before it keep what they bound; then run it again."), "{note}");
         let stale = cell_bindings("let x = 1;");
-        let note = not_kept_note(&lost[..1], &stale).unwrap();
+        let note = not_kept_note(&lost[..1], &stale, &[]).unwrap();
         assert!(note.starts_with("This cell's variable `keep1` (line 1) was not kept; `x` (line 1) keeps its value from before the cell:"), "{note}");
-        assert_eq!(not_kept_note(&[], &[]), None);
+        assert_eq!(not_kept_note(&[], &[], &[]), None);
+        let lost = cell_bindings("let g = f(&g);\nlet bad = 1;");
+        let note = not_kept_note(&lost, &[], &lost[..1]).unwrap();
+        assert!(
+            note.starts_with("This cell's variables `g` (line 1), `bad` (line 2) were not kept, and `g` (line 1) lost its value from before the cell too (the cell read it before binding it again, and only a type that is `Clone` can be kept then): the cell stopped early"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn rebound_names_are_moved_aside_unless_the_cell_reads_them_first() {
+        let earlier = ["x", "y", "g", "w", "unused"];
+        let plan = rebound(
+            "let n = 1;\nlet x = jnp::arange(3.0);\nlet mut y = y * 2.0;\nprintln!(\"{g}\");\nlet g = 5;\nlet x = 2;\n\
+             { let w = 1; }\nlet (w, xs) = (w_total, 3);",
+            &earlier,
+        );
+        assert_eq!(
+            plan,
+            vec![
+                ("x".to_string(), KeepBy::Move),  // first bound before any use; the later `let x` counts once
+                ("y".into(), KeepBy::Clone),      // read in its own initializer
+                ("g".into(), KeepBy::Clone),      // read in a format string before
+                ("w".into(), KeepBy::Clone),      // a nested block's `w` is a mention too (errs towards a clone)
+            ]
+        );
+        assert_eq!(rebound("let xs = x;", &["x"]), vec![]); // `x` is read, not bound again
+        assert_eq!(rebound("let x_1 = 1; let x = 2;", &["x"]), vec![("x".to_string(), KeepBy::Move)]);
+        let code = keep_code(&plan[..2]);
+        assert_eq!(
+            code,
+            " jax::interactive::rebound::keep_rebound(\"x\", x); { use jax::interactive::rebound::{KeepByClone as _, KeepNothing as _}; \
+             (&jax::interactive::rebound::Rebound(&y)).keep(\"y\"); }"
+        );
+        assert!(!code.contains('\n'));
+        assert_eq!(
+            restore_code(&[("x".into(), "jax::Array".into())]),
+            "let mut x: jax::Array = jax::interactive::rebound::take_kept::<jax::Array>(\"x\");\n"
+        );
     }
 
     #[test]

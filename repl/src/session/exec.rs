@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 /// How long an interrupted cell may keep running before the child is killed.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
+/// How long the session waits for the next line of a burst of stdout before sending what
+/// it has as one output: the child's reader thread hands lines over one by one, and on a
+/// busy machine the lines of one `println!` arrived a few at a time.
+const STDOUT_GATHER: Duration = Duration::from_millis(3);
+
 /// Creates the context in `slot` and runs the set-up code; used by the start-up thread and
 /// for restarts.
 pub(super) fn start_child(opts: &SessionOptions, slot: &Slot, shared: &Shared) -> Started {
@@ -242,7 +247,11 @@ impl Session {
         };
         let vars_before = self.vars.clone();
         let label = self.execution_count.take().unwrap_or(cell_number);
-        let located = located_code(ctx, &self.slot, label, code);
+        // The earlier values of the names this cell binds again, kept aside at its start
+        // so that a failure does not lose them (`bindings::rebound`).
+        let earlier: Vec<&str> = vars_before.iter().map(|(n, _)| n.as_str()).collect();
+        let keep = if ctx.engine { bindings::keep_code(&bindings::rebound(code, &earlier)) } else { String::new() };
+        let located = located_code(ctx, &self.slot, label, code, &keep);
         // Sorts the child's stderr: `?` errors, the stack-overflow line, `dbg!` locations, text.
         let lib_rs = self.slot.dir().join("src").join("lib.rs");
         let mut router = qmark::StderrRouter::new(label, code).with_generated(lib_rs);
@@ -274,7 +283,7 @@ impl Session {
                     // can remove it (Jupyter: clear_output) instead of leaving it emptied
                     // above that output.
                     cell_build.finish(sink);
-                    send_stdout(line, || outs.stdout.try_recv().ok(), sink);
+                    send_stdout(line, || outs.stdout.recv_timeout(STDOUT_GATHER).ok(), sink);
                     idle = false;
                 }
                 while let Ok(line) = outs.stderr.try_recv() {
@@ -317,7 +326,7 @@ impl Session {
                 if idle {
                     if let Ok(line) = outs.stdout.recv_timeout(Duration::from_millis(5)) {
                         cell_build.finish(sink);
-                        send_stdout(line, || outs.stdout.try_recv().ok(), sink);
+                        send_stdout(line, || outs.stdout.recv_timeout(STDOUT_GATHER).ok(), sink);
                     }
                 }
             }
@@ -331,7 +340,7 @@ impl Session {
         // Lines still in flight from the child's stderr: wait for a short quiet period.
         let drain_until = Instant::now() + Duration::from_millis(300);
         if let Ok(line) = ctx.outputs.stdout.try_recv() {
-            send_stdout(line, || ctx.outputs.stdout.try_recv().ok(), sink);
+            send_stdout(line, || ctx.outputs.stdout.recv_timeout(STDOUT_GATHER).ok(), sink);
         }
         while Instant::now() < drain_until {
             match ctx.outputs.stderr.recv_timeout(Duration::from_millis(15)) {
@@ -341,6 +350,7 @@ impl Session {
         }
         router.flush(sink);
         let overflowed = router.overflowed;
+        let kept = std::mem::take(&mut router.kept);
         let stops = std::mem::take(&mut router.stops);
         let interrupted = shared.interrupt_at.lock().unwrap_or_else(|e| e.into_inner()).is_some();
         let generated = ctx.cmd.last_source().ok();
@@ -356,13 +366,25 @@ impl Session {
                 // the variables it bound: say which.
                 self.refresh_vars();
                 if panicked || stopped || saw_stderr.get() {
+                    // evcxr dropped the names the failed cell bound again: bind those whose
+                    // earlier value the engine kept again, from it.
+                    let restore: Vec<(String, String)> = vars_before
+                        .iter()
+                        .filter(|(n, _)| kept.contains(n) && !self.vars.iter().any(|(v, _)| v == n))
+                        .cloned()
+                        .collect();
+                    if !restore.is_empty() {
+                        self.restore_kept(&restore);
+                        self.refresh_vars();
+                    }
                     let bound = bindings::cell_bindings(rewritten);
                     let has = |vars: &[(String, String)], n: &str| vars.iter().any(|(v, _)| v == n);
                     let (lost, stale): (Vec<_>, Vec<_>) =
                         bound.into_iter().filter(|b| !has(&self.vars, &b.name) || has(&vars_before, &b.name)).partition(|b| !has(&self.vars, &b.name));
                     // Names also bound before are certainly stale only when the cell failed.
                     let stale = if panicked || stopped || !lost.is_empty() { stale } else { Vec::new() };
-                    if let Some(note) = bindings::not_kept_note(&lost, &stale) {
+                    let gone: Vec<_> = lost.iter().filter(|b| has(&vars_before, &b.name)).cloned().collect();
+                    if let Some(note) = bindings::not_kept_note(&lost, &stale, &gone) {
                         match errors.last_mut() {
                             Some(Output::Error { traceback, .. }) => {
                                 traceback.push(String::new());
@@ -504,6 +526,19 @@ impl Session {
         if interrupted { ExecStatus::Interrupted } else { ExecStatus::Error }
     }
 
+    /// Binds each of `vars` (`(name, type)`) again from the value the engine kept for it
+    /// when the failed cell started (`jax::interactive::rebound`); one hidden cell for
+    /// all, or one each when that fails (a type evcxr cannot name leaves its variable
+    /// lost, as before).
+    fn restore_kept(&mut self, vars: &[(String, String)]) {
+        let State::Ready(ctx) = &mut self.state else { return };
+        if eval_quiet(ctx, &bindings::restore_code(vars)).is_err() && vars.len() > 1 {
+            for var in vars {
+                let _ = eval_quiet(ctx, &bindings::restore_code(std::slice::from_ref(var)));
+            }
+        }
+    }
+
     fn refresh_vars(&mut self) {
         if let State::Ready(ctx) = &self.state {
             let mut vars: Vec<(String, String)> = ctx
@@ -575,14 +610,17 @@ impl<'a> WorkerCpu<'a> {
     }
 }
 
-/// Whether evcxr is compiling a cell right now: a `cargo` or `rustc` process whose parent
-/// is this process (Linux `/proc`; false where it cannot be read).
-/// Sends `first` and every stdout line already waiting behind it as one output (a
-/// `{:#?}` print is one stream message in Jupyter, not one per line). An input request
-/// line (the child asking for a line of input) goes out on its own.
+/// Sends `first` and the stdout lines that follow within [`STDOUT_GATHER`] of each other
+/// (for up to 50 ms) as one output (a `{:#?}` print is one stream message in Jupyter, not
+/// one per line). An input request line (the child asking for a line of input) goes out
+/// on its own.
 fn send_stdout(first: String, mut more: impl FnMut() -> Option<String>, sink: &mut dyn FnMut(Output)) {
     let mut batch = String::new();
-    for line in std::iter::once(first).chain(std::iter::from_fn(&mut more)) {
+    // A cell that prints without pause still shows its output (and the caller gets back
+    // to its interrupt checks) at least every 50 ms.
+    let until = Instant::now() + Duration::from_millis(50);
+    let more = std::iter::from_fn(|| if Instant::now() < until { more() } else { None });
+    for line in std::iter::once(first).chain(more) {
         let text = qmark::readable(&line) + "\n";
         if text.starts_with(super::input::INPUT_MARK) {
             if !batch.is_empty() {
@@ -598,6 +636,8 @@ fn send_stdout(first: String, mut more: impl FnMut() -> Option<String>, sink: &m
     }
 }
 
+/// Whether evcxr is compiling a cell right now: a `cargo` or `rustc` process whose parent
+/// is this process (Linux `/proc`; false where it cannot be read).
 fn compiling_now() -> bool {
     let me = std::process::id().to_string();
     let Ok(entries) = std::fs::read_dir("/proc") else { return false };
@@ -628,7 +668,7 @@ fn compiling_now() -> bool {
 /// the session's line goes right before that first line of Rust: a cell that mixes
 /// commands (`:timing`, `:efmt`) with code gets the same `?` errors and locations as any
 /// other. Compile errors below that line shift their line numbers back by one.
-fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<(String, usize)> {
+fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str, keep: &str) -> Option<(String, usize)> {
     if !(ctx.engine || ctx.stop_hook) {
         return None;
     }
@@ -640,6 +680,7 @@ fn located_code(ctx: &Ctx, slot: &Slot, label: u64, code: &str) -> Option<(Strin
     if ctx.engine {
         let lib_rs = slot.dir().join("src").join("lib.rs");
         first.push_str(&format!(" jax::interactive::enter_cell({label}, {:?}, {code:?});", lib_rs.to_string_lossy()));
+        first.push_str(keep);
     }
     let line = code[..at].matches('\n').count() + 1;
     Some((format!("{}{first}\n{}", &code[..at], &code[at..]), line))
@@ -669,6 +710,10 @@ fn first_rust_line(code: &str) -> Option<usize> {
 /// (`jax::runtime::stack_overflow::MARKER`; repeated here as the session does not link
 /// the engine).
 pub const STACK_OVERFLOW_MARKER: &str = "\x1ejaxrepl-stack-overflow";
+
+/// The prefix of the line the engine writes for each earlier value it kept at a cell's
+/// start, before the variable's name (`jax::interactive::rebound::KEPT_MARKER`).
+pub const KEPT_MARKER: &str = "\x1ejaxrepl-kept ";
 
 /// What a stack overflow most likely means, and what to do about it.
 pub const STACK_OVERFLOW_HINT: &str = "The usual cause is recursion too deep for the stack (8 MiB on the main thread) or \

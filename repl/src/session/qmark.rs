@@ -50,6 +50,8 @@ pub const ERROR_FORMAT_COMMAND: &str = ":efmt {:#?}";
 pub struct StderrRouter {
     /// The engine reported a stack overflow (the child is dying of it).
     pub overflowed: bool,
+    /// The names whose earlier values the engine kept at the cell's start.
+    pub kept: Vec<String>,
     /// Errors of `?`s that stopped the cell, in order.
     pub stops: Vec<Output>,
     /// An engine error line not yet followed by the stop marker (its JSON).
@@ -81,6 +83,7 @@ impl StderrRouter {
         };
         StderrRouter {
             overflowed: false,
+            kept: Vec::new(),
             stops: Vec::new(),
             pending: None,
             place,
@@ -137,6 +140,8 @@ impl StderrRouter {
         let bare = line.trim_end();
         if bare == super::exec::STACK_OVERFLOW_MARKER {
             self.overflowed = true;
+        } else if let Some(name) = bare.strip_prefix(super::exec::KEPT_MARKER) {
+            self.kept.push(name.to_string());
         } else if bare == STOP_MARKER {
             let stop = match self.pending.take() {
                 Some(json) => self.engine_stop(&json),
