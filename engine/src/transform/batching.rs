@@ -56,17 +56,44 @@ fn shift(v: &[usize]) -> Vec<usize> {
     v.iter().map(|d| d + 1).collect()
 }
 
+/// The spec entry of the batch dim (0) of a batched `sharding_constraint` operand `x`
+/// constrained to `target`: the `Explicit` axes `x`'s batch dim is split over (JAX's
+/// `explicit_mesh_axis` of a vmap over an explicitly sharded argument: `reshard` and
+/// `auto_axes` under `vmap` keep `float32[8@X,…]`), less any axis `target` uses or lacks;
+/// empty (unsharded) otherwise.
+fn batch_dim_entry(x: &Array, target: &crate::sharding::NamedSharding) -> crate::sharding::PEntry {
+    let mut axes = Vec::new();
+    if let Some(crate::sharding_types::ValueType { sharding: Some(s), .. }) = crate::sharding::value_type(x)
+        && let Some(first) = s.spec.0.first()
+    {
+        let used = |a: &String| target.spec.0.iter().any(|e| e.0.contains(a));
+        axes = first
+            .0
+            .iter()
+            .filter(|a| s.mesh.axis_type(a) == Some(crate::sharding::AxisType::Explicit))
+            .filter(|a| target.mesh.axis_names().contains(a) && !used(a))
+            .cloned()
+            .collect();
+    }
+    crate::sharding::PEntry(axes)
+}
+
 /// The batched result of one equation.
 fn batch_eqn(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize, loc: &'static Location<'static>) -> Result<Vec<BVal>> {
     use Primitive::*;
     let one = |x: Array| Ok(vec![BVal { x, batched: true }]);
     match p {
-        // JAX's batching rule without `spmd_axis_name`: the batch dim (0) is inserted
-        // unsharded into the constraint's spec (an unbatched operand keeps the constraint).
+        // JAX's batching rule (`batching.get_sharding_for_vmap`): the batch dim (0) is
+        // inserted into the constraint's spec split as the operand's batch dim is over
+        // `Explicit` axes, else unsharded (no `spmd_axis_name`); an unbatched operand
+        // keeps the constraint.
         ShardingConstraint { sharding } => {
             let mut sharding = sharding.clone();
-            if ins[0].batched && !sharding.spec.0.is_empty() {
-                sharding.spec.0.insert(0, crate::sharding::PEntry(vec![]));
+            if ins[0].batched {
+                let entry = batch_dim_entry(&ins[0].x, &sharding);
+                if !sharding.spec.0.is_empty() || !entry.0.is_empty() {
+                    sharding.spec.0.insert(0, entry);
+                }
             }
             Ok(vec![BVal { x: lax::bind1(ShardingConstraint { sharding }, vec![arr(&ins[0].x)])?, batched: ins[0].batched }])
         }
