@@ -44,6 +44,14 @@ def test_reference_semantics(nb):
         assert "cpu:%d [%s.0, %s.0]" % (k, 4 * k, 4 * k + 2) in shards, shards
 
 
+def test_explicit_mesh_takes_only_split_arguments(nb):
+    # JAX 0.10.2: on an all-Explicit mesh an argument must already be split as in_specs say.
+    text = outputs_text(cell_with(nb, "let double_e"))
+    assert "Array([ 0.,  2.,  4.,  6.,  8., 10., 12., 14.], dtype=float32)" in text, text
+    assert ("in_specs passed to shard_map: P('i',) does not match the specs of the input: P(None,) "
+            "for arg: float32[8].") in text, text
+
+
 def test_block_shapes(nb):
     text = outputs_text(cell_with(nb, "let mesh42"))
     assert "P(i, None) block: [3, 12]" in text and "P(i, j) block: [3, 6]" in text, text

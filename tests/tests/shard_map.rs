@@ -14,7 +14,7 @@ use jaxrepl_tests::eight_cpu_devices;
 const X16: [i32; 16] = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2];
 
 fn mesh4() -> Mesh {
-    make_mesh(&[4], &["i"], None).unwrap()
+    make_mesh(&[4], &["i"], Some(&[AxisType::Auto; 1])).unwrap()
 }
 
 fn ints(x: &Array) -> Vec<i32> {
@@ -67,7 +67,7 @@ fn psum_matches_reference_and_inventory() {
     assert_eq!(ints(&y), vec![22, 20, 12, 17]);
     assert_eq!(ints(&y), psum_ref(&split(&X16, 4))[0]);
     // The result is sharded by the out_spec: replicated over the mesh.
-    assert_eq!(format!("{:?}", y.sharding().unwrap()), "NamedSharding(mesh=Mesh('i': 4, axis_types=(Explicit,)), spec=P(), memory_kind=device)");
+    assert_eq!(format!("{:?}", y.sharding().unwrap()), "NamedSharding(mesh=Mesh('i': 4, axis_types=(Auto,)), spec=P(), memory_kind=device)");
     // Every device's copy is the sum.
     for s in y.addressable_shards().unwrap() {
         assert_eq!(ints(&s.data), vec![22, 20, 12, 17]);
@@ -122,7 +122,7 @@ fn psum_scatter_ppermute_all_to_all() {
 #[test]
 fn axis_index_and_block_shapes() {
     eight_cpu_devices();
-    let m = make_mesh(&[4, 2], &["i", "j"], None).unwrap();
+    let m = make_mesh(&[4, 2], &["i", "j"], Some(&[AxisType::Auto; 2])).unwrap();
     let f = shard_map(
         |x: Array| -> Result<Array> {
             assert_eq!(x.shape(), vec![3, 6]);
@@ -147,7 +147,7 @@ fn axis_index_and_block_shapes() {
 #[test]
 fn two_dim_psums_match_inventory() {
     eight_cpu_devices();
-    let m = make_mesh(&[2, 2], &["i", "j"], None).unwrap();
+    let m = make_mesh(&[2, 2], &["i", "j"], Some(&[AxisType::Auto; 2])).unwrap();
     let x = jnp::reshape(&jnp::arange(16), &[4, 4]).unwrap();
     let f = shard_map(|x: Array| lax::psum(&x, "i"), Some(&m), P!("i", "j"), P!(None, "j"));
     assert_eq!(ints(&f.call(x.clone()).unwrap()), vec![8, 10, 12, 14, 16, 18, 20, 22]);
@@ -161,7 +161,7 @@ fn two_dim_psums_match_inventory() {
 #[test]
 fn float_collectives_on_2x4_mesh() {
     eight_cpu_devices();
-    let m = make_mesh(&[2, 4], &["i", "j"], None).unwrap();
+    let m = make_mesh(&[2, 4], &["i", "j"], Some(&[AxisType::Auto; 2])).unwrap();
     let (x, host) = jaxrepl_tests::host_array(&[4, 16], 7);
     // Blocks are [2, 4]: rows split by 'i', columns by 'j'.
     let f = shard_map(
@@ -189,7 +189,7 @@ fn float_collectives_on_2x4_mesh() {
 #[test]
 fn eight_devices_eager_and_jit() {
     eight_cpu_devices();
-    let m = make_mesh(&[8], &["x"], None).unwrap();
+    let m = make_mesh(&[8], &["x"], Some(&[AxisType::Auto; 1])).unwrap();
     let data: Vec<i32> = (0..64).map(|i| (i * 37 + 11) % 23 - 7).collect();
     let blocks = split(&data, 8);
     let perm: Vec<(usize, usize)> = (0..8).map(|i| (i, (i + 3) % 8)).collect();
@@ -240,7 +240,7 @@ fn eight_devices_eager_and_jit() {
 #[test]
 fn sharded_inputs_and_body_ops() {
     eight_cpu_devices();
-    let m = make_mesh(&[8], &["x"], None).unwrap();
+    let m = make_mesh(&[8], &["x"], Some(&[AxisType::Auto; 1])).unwrap();
     let x = jnp::arange(16).astype(DType::F32);
     let xs = device_put(&x, NamedSharding::new(&m, P!("x")).unwrap()).unwrap();
     let f = shard_map(|x: Array| -> Result<Array> { Ok(x.sin() * 2.0 + lax::axis_index("x")?.astype(DType::F32)) }, Some(&m), P!("x"), P!("x"));
@@ -263,7 +263,7 @@ fn sharded_inputs_and_body_ops() {
 #[test]
 fn jaxpr_of_shard_map() {
     eight_cpu_devices();
-    let m = make_mesh(&[2], &["i"], None).unwrap();
+    let m = make_mesh(&[2], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     let f = shard_map(|x: Array| lax::psum(&(x * 2.0), "i"), Some(&m), P!("i"), P!());
     let j = make_jaxpr(move |x: Array| f.call(x), jnp::zeros(&[6], DType::F32)).unwrap();
     expect_test::expect![[r#"
@@ -275,7 +275,7 @@ fn jaxpr_of_shard_map() {
                   d:f32[3] = mul c 2.0:f32[]
                   e:f32[3] = psum[axes=('i',) axis_index_groups=None] d
                 in (e,) }
-              mesh=AbstractMesh('i': 2, axis_types=(Explicit,), device_kind=cpu, num_cores=None, platform=cpu)
+              mesh=AbstractMesh('i': 2, axis_types=(Auto,), device_kind=cpu, num_cores=None, platform=cpu)
               newly_manual_axes=frozenset({'i'})
               out_specs=(P(),)
             ] a
@@ -290,16 +290,16 @@ fn jaxpr_of_shard_map() {
 #[test]
 fn device_headers_match_jax() {
     eight_cpu_devices();
-    let m = make_mesh(&[2], &["i"], None).unwrap();
+    let m = make_mesh(&[2], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     assert_eq!(device_header(&m, 1, &[1]), "On cpu:1 at mesh coordinates (i,) = (1,):");
-    let m2 = make_mesh(&[2, 2], &["i", "j"], None).unwrap();
+    let m2 = make_mesh(&[2, 2], &["i", "j"], Some(&[AxisType::Auto; 2])).unwrap();
     assert_eq!(device_header(&m2, 0, &[0, 0]), "On cpu:0 at mesh coordinates (i, j,) = (0, 0):");
 }
 
 #[test]
 fn check_vma_error_matches_jax() {
     eight_cpu_devices();
-    let m = make_mesh(&[2], &["i"], None).unwrap();
+    let m = make_mesh(&[2], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     fn _rem_singleton(x: Array) -> Array {
         x
     }
@@ -348,7 +348,7 @@ fn bad_specs_are_errors() {
 #[test]
 fn grad_through_psum_matches_finite_differences() {
     eight_cpu_devices();
-    let m = make_mesh(&[4], &["i"], None).unwrap();
+    let m = make_mesh(&[4], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     let (x, xh) = jaxrepl_tests::host_array(&[8, 3], 11);
     let (w, wh) = jaxrepl_tests::host_array(&[3], 12);
     // loss = sum_i psum(sum(sin(x_blk * w)))  (w replicated, x split over rows)
@@ -379,4 +379,39 @@ fn grad_through_psum_matches_finite_differences() {
     for (a, b) in got.iter().zip(&v) {
         assert!((*a as f64 - 4.0 * b.cos()).abs() < 1e-4, "{a} vs {}", 4.0 * b.cos());
     }
+}
+
+/// JAX 0.10.2 on a mesh whose axes are all `Explicit` (`make_mesh`'s default): shard_map
+/// takes each argument only already split as its in_spec says (an uncommitted one is
+/// `P(None,)`), eagerly and under `jit`; `reshard` first is the fix; a mesh with an Auto
+/// axis keeps splitting arguments itself. The message's first sentence is JAX's
+/// (captured with `.venv-jax`, 8 forced host devices; found by a fresh user).
+#[test]
+fn explicit_mesh_arguments_must_match_in_specs() {
+    eight_cpu_devices();
+    let mesh = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let host = jnp::arange(32.0).reshape(&[8, 4]);
+    let x = device_put(&host, NamedSharding::new(&mesh, P!("X", "Y")).unwrap()).unwrap();
+    let sm = shard_map(|b: Array| b * 2.0, Some(&mesh), P!("X"), P!("X"));
+    let jax_text = "in_specs passed to shard_map: P('X', None) does not match the specs of the input: P('X', 'Y') for arg: float32[8@X,4@Y].";
+    let e = sm.call(&x).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Value);
+    assert!(e.message.starts_with(jax_text) && e.message.contains("you can use `reshard` on the arguments"), "{e}");
+    let sm2 = sm.clone();
+    let e = jit(move |a: Array| sm2.call(a)).call(&x).unwrap_err();
+    assert!(e.message.starts_with(jax_text), "{e}");
+    let e = sm.call(&host).unwrap_err();
+    assert!(e.message.starts_with("in_specs passed to shard_map: P('X', None) does not match the specs of the input: P(None, None) for arg: float32[8,4]."), "{e}");
+    // The fix: reshard to the in_spec first.
+    let _m = set_mesh(&mesh);
+    let fixed = sm.call(reshard(&x, P!("X", None)).unwrap()).unwrap();
+    assert_eq!(fixed.to_vec::<f32>().unwrap(), host.to_vec::<f32>().unwrap().iter().map(|v| v * 2.0).collect::<Vec<_>>());
+    let same = shard_map(|b: Array| b * 2.0, Some(&mesh), P!("X", "Y"), P!("X", "Y"));
+    assert_eq!(same.call(&x).unwrap().to_vec::<f32>().unwrap(), fixed.to_vec::<f32>().unwrap());
+    // A scalar with P() matches; a mixed (Explicit, Auto) mesh splits by itself.
+    let scaled = shard_map(|(b, s): (Array, Array)| b * s, Some(&mesh), [P!("X", "Y"), P!()], P!("X", "Y"));
+    assert_eq!(scaled.call((&x, Array::scalar(3.0f32))).unwrap().to_vec::<f32>().unwrap()[1], 3.0);
+    let mixed = make_mesh(&[4, 2], &["X", "Y"], Some(&[AxisType::Explicit, AxisType::Auto])).unwrap();
+    let on_mixed = shard_map(|b: Array| b * 2.0, Some(&mixed), P!(None, "Y"), P!(None, "Y"));
+    assert_eq!(on_mixed.call(&host).unwrap().to_vec::<f32>().unwrap(), fixed.to_vec::<f32>().unwrap());
 }

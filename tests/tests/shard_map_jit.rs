@@ -21,7 +21,7 @@ fn split(x: &[i32], n: usize) -> Vec<Vec<i32>> {
 #[test]
 fn jitted_shard_map_runs_partitioned_and_matches_eager() {
     eight_cpu_devices();
-    let m = make_mesh(&[8], &["x"], None).unwrap();
+    let m = make_mesh(&[8], &["x"], Some(&[AxisType::Auto; 1])).unwrap();
     let data: Vec<i32> = (0..64).map(|i| (i * 37 + 11) % 23 - 7).collect();
     let perm: Vec<(usize, usize)> = (0..8).map(|i| (i, (i + 3) % 8)).collect();
     let p2 = perm.clone();
@@ -84,7 +84,7 @@ fn jitted_shard_map_runs_partitioned_and_matches_eager() {
 #[test]
 fn two_axis_mesh_floats_bitwise_equal_eager() {
     eight_cpu_devices();
-    let m = make_mesh(&[2, 4], &["a", "b"], None).unwrap();
+    let m = make_mesh(&[2, 4], &["a", "b"], Some(&[AxisType::Auto; 2])).unwrap();
     let (x, host) = host_array(&[8, 16], 5);
     let f = shard_map(
         |x: Array| -> Result<Vec<Array>> { Ok(vec![lax::psum(&x.sin(), "a")?, lax::all_gather(&x, "b", 1, true)?]) },
@@ -127,7 +127,7 @@ fn two_axis_mesh_floats_bitwise_equal_eager() {
 #[test]
 fn grad_of_jitted_shard_map_matches_analytic_and_eager() {
     eight_cpu_devices();
-    let m = make_mesh(&[8], &["x"], None).unwrap();
+    let m = make_mesh(&[8], &["x"], Some(&[AxisType::Auto; 1])).unwrap();
     let (x, host) = host_array(&[16], 9);
     let sm = shard_map(|x: Array| lax::psum(&(&x * &x).sin(), "x"), Some(&m), P!("x"), P!());
     let sm2 = sm.clone();
@@ -146,7 +146,7 @@ fn grad_of_jitted_shard_map_matches_analytic_and_eager() {
 #[test]
 fn magics_show_shard_map_calls() {
     eight_cpu_devices();
-    let m = make_mesh(&[2], &["i"], None).unwrap();
+    let m = make_mesh(&[2], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     let f = shard_map(|x: Array| lax::psum(&(x * 2.0), "i"), Some(&m), P!("i"), P!());
     let x = jnp::arange(6.0f32);
     let want_jaxpr = expect_test::expect![[r#"
@@ -158,7 +158,7 @@ fn magics_show_shard_map_calls() {
                   d:f32[3] = mul c 2.0:f32[]
                   e:f32[3] = psum[axes=('i',) axis_index_groups=None] d
                 in (e,) }
-              mesh=AbstractMesh('i': 2, axis_types=(Explicit,), device_kind=cpu, num_cores=None, platform=cpu)
+              mesh=AbstractMesh('i': 2, axis_types=(Auto,), device_kind=cpu, num_cores=None, platform=cpu)
               newly_manual_axes=frozenset({'i'})
               out_specs=(P(),)
             ] a
@@ -174,7 +174,7 @@ fn magics_show_shard_map_calls() {
     let c = jax::magic::compile(|| jf.call(&x)).unwrap().0;
     let head: Vec<&str> = c.lines().take_while(|l| l.starts_with("//")).collect();
     expect_test::expect![[r#"
-        // jaxrepl: shard_map over Mesh('i': 2, axis_types=(Explicit,)), manual axes ('i',); path: partitioned (one per-device program on each of the 2 devices at once, 1 collective per device; no gather).
+        // jaxrepl: shard_map over Mesh('i': 2, axis_types=(Auto,)), manual axes ('i',); path: partitioned (one per-device program on each of the 2 devices at once, 1 collective per device; no gather).
         // per-device program:
         //   { lambda ; a:f32[6]. let
         //       b:i32[] = axis_index[axis_name=i]
@@ -209,7 +209,7 @@ fn magics_show_shard_map_calls() {
 #[test]
 fn unpartitionable_body_runs_eagerly_and_magics_explain() {
     eight_cpu_devices();
-    let m = make_mesh(&[2], &["i"], None).unwrap();
+    let m = make_mesh(&[2], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     let f = shard_map(
         |x: Array| -> Result<Array> {
             jax::debug::print!("block {}", x);
@@ -241,7 +241,9 @@ fn unpartitionable_body_runs_eagerly_and_magics_explain() {
 fn an_argument_committed_to_other_devices_is_an_error() {
     eight_cpu_devices();
     let m8 = make_mesh(&[8], &["i"], None).unwrap();
-    let m4 = Mesh::new(&jax::devices()[..4], &[4], &["i"], vec![AxisType::Explicit]).unwrap();
+    // Auto: an uncommitted argument is split by shard_map itself (an Explicit mesh takes
+    // only arguments already split, JAX 0.10.2's rule).
+    let m4 = Mesh::new(&jax::devices()[..4], &[4], &["i"], vec![AxisType::Auto]).unwrap();
     let x8 = device_put(&jnp::arange(8.0), NamedSharding::new(&m8, P!("i")).unwrap()).unwrap();
     let sm = shard_map(|x: Array| x * 2.0, Some(&m4), P!("i"), P!("i"));
     let e = sm.call(&x8).unwrap_err();

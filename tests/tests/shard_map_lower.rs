@@ -13,7 +13,7 @@ use jaxrepl_tests::{eight_cpu_devices, put};
 #[test]
 fn lowered_text_is_one_module_with_a_manual_computation() {
     eight_cpu_devices();
-    let m = make_mesh(&[8], &["i"], None).unwrap();
+    let m = make_mesh(&[8], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     let f = shard_map(|x: Array| lax::psum(&(x * 2.0), "i"), Some(&m), P!("i"), P!());
     let jf = jit(move |x: Array| f.call(x)).with_name("f");
     let host: Vec<f32> = (0..16).map(|v| v as f32).collect();
@@ -76,7 +76,7 @@ fn lowered_text_is_one_module_with_a_manual_computation() {
 #[test]
 fn collectives_lower_to_stablehlo_ops_with_replica_groups() {
     eight_cpu_devices();
-    let m = make_mesh(&[4, 2], &["i", "j"], None).unwrap();
+    let m = make_mesh(&[4, 2], &["i", "j"], Some(&[AxisType::Auto; 2])).unwrap();
     let perm = [(0, 1), (1, 2), (2, 3), (3, 0)];
     let f = shard_map(
         move |x: Array| -> Result<Vec<Array>> {
@@ -120,7 +120,7 @@ fn collectives_lower_to_stablehlo_ops_with_replica_groups() {
 #[test]
 fn cost_of_shard_map_is_per_device_and_total() {
     eight_cpu_devices();
-    let m = make_mesh(&[8], &["i"], None).unwrap();
+    let m = make_mesh(&[8], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     // Per device: x block f32[4,16] @ w f32[16,8] (2·4·8·16 = 1024 flops), tanh (32
     // transcendentals), psum of f32[4,8] (32 combines).
     let f = shard_map(|(x, w): (Array, Array)| lax::psum(&x.matmul(&w).tanh(), "i"), Some(&m), [P!("i"), P!()], P!());

@@ -172,8 +172,10 @@ fn a_sharded_pinned_host_out_sharding_lowers_with_its_memory_kind() {
 fn two_shard_maps_over_two_meshes_in_one_jit() {
     eight_cpu_devices();
     let devs = devices();
-    let ma = Mesh::new(&devs[..4], &[4], &["a"], vec![AxisType::Explicit]).unwrap();
-    let mb = Mesh::new(&devs[4..], &[4], &["b"], vec![AxisType::Explicit]).unwrap();
+    // Auto meshes: shard_map splits the unsharded argument itself (an Explicit mesh
+    // would take it only already split, JAX 0.10.2's rule).
+    let ma = Mesh::new(&devs[..4], &[4], &["a"], vec![AxisType::Auto]).unwrap();
+    let mb = Mesh::new(&devs[4..], &[4], &["b"], vec![AxisType::Auto]).unwrap();
     let sa = shard_map(|x: Array| lax::psum(&(x * 2.0), "a"), Some(&ma), P!("a"), P!());
     let sb = shard_map(|x: Array| Ok(x.sin() + 1.0), Some(&mb), P!("b"), P!("b"));
     let x = jnp::arange(16.0f32);
@@ -206,7 +208,7 @@ fn two_shard_maps_over_two_meshes_in_one_jit() {
 #[test]
 fn visualize_array_sharding_inside_a_shard_map_body_draws_the_local_blocks() {
     eight_cpu_devices();
-    let m = make_mesh(&[4, 2], &["i", "j"], None).unwrap();
+    let m = make_mesh(&[4, 2], &["i", "j"], Some(&[AxisType::Auto; 2])).unwrap();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let log = seen.clone();
     let f = shard_map(
@@ -255,7 +257,7 @@ fn visualize_array_sharding_inside_a_shard_map_body_draws_the_local_blocks() {
 ");
     assert_eq!(grid(&seen[0]), grid(&jax::sharding::visualize_mesh(&m).to_string()));
     expect_test::expect![[r#"
-        float32[2,2] block on each device of Mesh('i': 4, 'j': 2, axis_types=(Explicit, Explicit)); varies over ('i', 'j')
+        float32[2,2] block on each device of Mesh('i': 4, 'j': 2, axis_types=(Auto, Auto)); varies over ('i', 'j')
                j=0     j=1
             ┌───────┬───────┐
         i=0 │ CPU 0 │ CPU 1 │

@@ -25,7 +25,7 @@ fn here(line: u32) -> Option<String> {
 fn a_callback_error_in_a_shard_map_body_names_the_callbacks_line() {
     eight_cpu_devices();
     let _l = serial();
-    let m = make_mesh(&[2], &["i"], None).unwrap();
+    let m = make_mesh(&[2], &["i"], Some(&[AxisType::Auto; 1])).unwrap();
     let line = line!() + 1;
     let sm = shard_map(|x: Array| pure_callback(raise_if_negative, &[ShapeDtypeStruct::like(&x)], &[x], None).map(|mut v| v.remove(0)), Some(&m), P!("i"), P!("i"));
     let x = Array::from_slice(&[0.0f32, 1.0]);

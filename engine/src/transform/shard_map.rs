@@ -114,7 +114,9 @@ pub fn shard_map<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
 /// (checked when `check_vma`, else the first device's value is taken).
 ///
 /// Errors (`ValueError`, at call time): no mesh; a spec naming an axis the mesh lacks or
-/// longer than the argument's rank; a dimension not divisible by its axes' sizes; a
+/// longer than the argument's rank; a dimension not divisible by its axes' sizes; on a
+/// mesh whose axes are all `Explicit`, an argument not already split as its in_spec says
+/// (JAX 0.10.2's rule: `reshard` it first, or use an `Auto` mesh); a
 /// specs count that does not match the leaves; with `check_vma`, an out_spec that asserts
 /// replication the body does not guarantee (JAX's message).
 #[track_caller]
@@ -150,6 +152,7 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
         for (i, (x, spec)) in leaves.iter().zip(&ins).enumerate() {
             block_avals.push(block_aval(&mesh, spec, &x.aval(), &name, i)?);
         }
+        check_explicit_args(&mesh, &ins, &leaves)?;
         let axes: Vec<(String, usize)> = mesh.axis_names().iter().cloned().zip(mesh.axis_sizes().iter().copied()).collect();
         let mut out_flat = Flat::default();
         let traced = {
@@ -248,6 +251,45 @@ fn check_spec(mesh: &Mesh, spec: &PartitionSpec, ndim: usize, name: &str, what: 
         return Err(Error::value_error(format!(
             "shard_map applied to the function '{name}' was given {what} of value {spec:?} for a value of rank {ndim}: a spec may not be longer than the rank"
         )));
+    }
+    Ok(())
+}
+
+/// JAX 0.10.2's rule for a mesh whose axes are all `Explicit` (`make_mesh`'s default):
+/// each argument must already be split as its in_spec says (its type's spec, padded with
+/// `None` to its rank, equals the in_spec padded so), as explicit mode moves no data
+/// behind the user's back; an uncommitted or replicated argument has spec `P(None, ..)`.
+/// Errors: JAX's `ValueError` "in_specs passed to shard_map: P('X', None) does not match
+/// the specs of the input: P('X', 'Y') for arg: float32[8@X,4@Y]. ...", with the fix
+/// (`reshard` the argument first) in this API's terms.
+fn check_explicit_args(mesh: &Mesh, ins: &[PartitionSpec], leaves: &[Array]) -> Result<()> {
+    use crate::sharding::{AxisType, PEntry};
+    if !mesh.axis_types().iter().all(|t| *t == AxisType::Explicit) {
+        return Ok(());
+    }
+    let padded = |entries: Vec<PEntry>, ndim: usize| {
+        let mut e = entries;
+        e.resize(ndim.max(e.len()), PEntry(vec![]));
+        PartitionSpec(e)
+    };
+    for (x, spec) in leaves.iter().zip(ins) {
+        let ndim = x.ndim();
+        let want = padded(spec.0.clone(), ndim);
+        // The argument's type: its split over the Explicit axes of its own mesh.
+        let have: Vec<PEntry> = match crate::sharding::value_type(x).and_then(|t| t.sharding) {
+            Some(s) => s.spec.0.iter().map(|e| PEntry(e.0.iter().filter(|a| s.mesh.axis_type(a) == Some(AxisType::Explicit)).cloned().collect())).collect(),
+            None => vec![],
+        };
+        let have = padded(have, ndim);
+        if want != have {
+            return Err(Error::value_error(format!(
+                "in_specs passed to shard_map: {want:?} does not match the specs of the input: {have:?} for arg: {}. On a mesh whose \
+                 axes are all Explicit, shard_map takes each argument already split as its in_spec says. If you want to reshard \
+                 your inputs, you can use `reshard` on the arguments and then pass those args to shard_map (or use a mesh with \
+                 Auto axes, where shard_map moves the data itself).",
+                crate::sharding::typeof_(x)
+            )));
+        }
     }
     Ok(())
 }
