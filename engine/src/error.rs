@@ -36,6 +36,8 @@ pub enum ErrorKind {
     /// A check that acts as an assert failed (JAX: `AssertionError`, e.g.
     /// `with_sharding_constraint` on an all-`Explicit` mesh).
     Assertion,
+    /// A `PartitionSpec` maps one mesh axis to two dimensions (JAX: `DuplicateSpecError`).
+    DuplicateSpec,
 }
 
 /// An engine error: a kind, a message, and where in the user's code it arose.
@@ -131,6 +133,7 @@ impl Error {
             ErrorKind::NotImplemented => "NotImplementedError",
             ErrorKind::ShardingType => "ShardingTypeError",
             ErrorKind::Assertion => "AssertionError",
+            ErrorKind::DuplicateSpec => "DuplicateSpecError",
         }
     }
 }

@@ -482,7 +482,8 @@ pub struct NamedSharding {
 }
 
 impl NamedSharding {
-    /// Errors: `ValueError` if the spec names an axis the mesh lacks or uses an axis twice.
+    /// Errors: `ValueError` if the spec names an axis the mesh lacks; `DuplicateSpecError`
+    /// (JAX 0.10's text) if it maps one mesh axis to two dimensions.
     pub fn new(mesh: &Mesh, spec: PartitionSpec) -> Result<NamedSharding> {
         let mut seen: Vec<&str> = vec![];
         for e in &spec.0 {
@@ -494,9 +495,12 @@ impl NamedSharding {
                     )));
                 }
                 if seen.contains(&a.as_str()) {
-                    return Err(Error::value_error(format!(
-                        "A sharding spec can't use the same mesh axis twice: {a} in {spec:?}"
-                    )));
+                    return Err(Error::new(
+                        crate::error::ErrorKind::DuplicateSpec,
+                        format!(
+                            "A single NamedSharding spec specification can map every mesh axis to at most one positional dimension, but {spec:?} has duplicate entries for `{a}`"
+                        ),
+                    ));
                 }
                 seen.push(a);
             }
@@ -515,7 +519,7 @@ impl NamedSharding {
     pub(crate) fn blocks(&self, shape: &[usize]) -> Result<Vec<(u32, BlockIndex)>> {
         if self.spec.0.len() > shape.len() {
             return Err(Error::value_error(format!(
-                "One of device_put args was given the sharding of {self:?}, which implies that it has a rank of at least {}, but it is {}",
+                "One of device_put args is incompatible with its sharding annotation {self:?}: Sharding {self:?} is only valid for values of rank at least {}, but was applied to a value of rank {}.",
                 self.spec.0.len(),
                 shape.len()
             )));

@@ -324,7 +324,7 @@ pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray],
 /// with (a carry's type is fixed by its initial value): a carry whose layout over
 /// `Explicit` axes differs between `ins` (the carries' initial layouts) and `outs` (the
 /// body's results), e.g. an unsharded `float32[16]` init that the body combines with a
-/// `float32[16@x]` operand, is JAX's `TypeError` text, as a ShardingTypeError. Differences
+/// `float32[16@x]` operand, is JAX 0.10.2's `TypeError` (its text, and a hint). Differences
 /// over `Auto` axes are no error: the result keeps the initial value's layout.
 fn check_carry(name: &str, mesh: &Mesh, avals: &[&ShapedArray], ins: &[Dims], outs: &[Dims]) -> Result<()> {
     let explicit = |d: &Dims| -> Dims { d.iter().map(|e| e.iter().filter(|a| all_explicit(mesh, std::iter::once(*a))).cloned().collect()).collect() };
@@ -335,7 +335,7 @@ fn check_carry(name: &str, mesh: &Mesh, avals: &[&ShapedArray], ins: &[Dims], ou
         .enumerate()
         .filter(|(_, (a, (i, o)))| i.len() == a.ndim() && o.len() == a.ndim() && explicit(i) != explicit(o))
         .map(|(k, (a, (i, o)))| {
-            format!("the input carry component carry[{k}] has type {} but the corresponding output carry component has type {}, so the shardings do not match", long(a, &explicit(i)), long(a, &explicit(o)))
+            format!("the input carry component carry[{k}] has type {} but the corresponding output carry component has type {}", long(a, &explicit(i)), long(a, &explicit(o)))
         })
         .collect();
     if diffs.is_empty() {
@@ -349,8 +349,9 @@ fn check_carry(name: &str, mesh: &Mesh, avals: &[&ShapedArray], ins: &[Dims], ou
         let n = diffs.len();
         diffs.iter().enumerate().map(|(k, d)| if k + 1 < n { format!("  * {d};\n") } else { format!("  * {d}.\n") }).collect::<Vec<_>>().join("\n")
     };
-    Err(sharding_error(format!(
-        "{name} function carry input and carry output must have equal types (e.g. shapes and dtypes of arrays), but they differ:\n\n{differences}\nRevise the function so that all output types (e.g. shapes and dtypes) match the corresponding input types: give the initial carry the sharding the body gives back (`reshard(init, P(..))` before the loop), or reshard the body's result to the carry's (`reshard(out, P(..))` at the end of the body)."
+    Err(Error::type_error(format!(
+        "{name} function carry input and carry output must have equal types, but they differ:\n\n{differences}\nRevise the function so that all output types match the corresponding input types. \
+         For shardings: give the initial carry the sharding the body gives back (`reshard(init, P(..))` before the loop), or reshard the body's result to the carry's (`reshard(out, P(..))` at the end of the body)."
     )))
 }
 
@@ -557,7 +558,7 @@ pub(crate) fn constrain(x: &Array, target: impl Into<PutTarget>) -> Result<Array
         };
         if ns.spec.0.len() > x.ndim() {
             return Err(Error::value_error(format!(
-                "One of with_sharding_constraint arguments was given the sharding of {ns:?}, which implies that it has a rank of at least {}, but it is {}",
+                "One of with_sharding_constraint arguments is incompatible with its sharding annotation {ns:?}: Sharding {ns:?} is only valid for values of rank at least {}, but was applied to a value of rank {}.",
                 ns.spec.0.len(),
                 x.ndim()
             )));

@@ -86,8 +86,9 @@ fn while_loop_and_fori_loop_match_rust_loops() {
             _:i32[] b:i32[] = scan[
               jaxpr={ lambda ; c:i32[] d:i32[]. let
                   e:i32[] = add c 1:i32[]
-                  f:i32[] = add d c
-                in (e, f) }
+                  f:i32[] = convert_element_type[new_dtype=int32 weak_type=False] c
+                  g:i32[] = add d f
+                in (e, g) }
               length=10
               reverse=False
               unroll=1

@@ -154,6 +154,12 @@ fn device_put_shards_round_trip() {
         e.to_string(),
         "ValueError: One of device_put args was given the sharding of NamedSharding(mesh=Mesh('x': 4, axis_types=(Explicit,)), spec=P('x',), memory_kind=device), which implies that the global size of its dimension 0 should be divisible by 4, but it is equal to 6 (full shape: (6,))"
     );
+    // A spec longer than the rank: JAX 0.10.2's text.
+    let e = device_put(&y, NamedSharding::new(&mesh, P!("x", None)).unwrap()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "ValueError: One of device_put args is incompatible with its sharding annotation NamedSharding(mesh=Mesh('x': 4, 'y': 2, axis_types=(Explicit, Explicit)), spec=P('x', None), memory_kind=device): Sharding NamedSharding(mesh=Mesh('x': 4, 'y': 2, axis_types=(Explicit, Explicit)), spec=P('x', None), memory_kind=device) is only valid for values of rank at least 2, but was applied to a value of rank 1."
+    );
 }
 
 #[test]

@@ -269,23 +269,23 @@ fn carry_sharding_is_fixed_by_its_initial_value() {
     let mesh = mesh8();
     let (pxs, pw) = (put(&xs, &mesh, P!(None, "i")), put(&w, &mesh, P!("i")));
     let e = scan.call((&c0, &pxs)).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::ShardingType, "{e}");
+    assert_eq!(e.kind, ErrorKind::Type, "{e}");
     assert!(e.message.starts_with(
-        "scan body function carry input and carry output must have equal types (e.g. shapes and dtypes of arrays), but they differ:\n\nThe input carry component carry[0] has type float32[16] but the corresponding output carry component has type float32[16@i], so the shardings do not match.\n\nRevise the function so that"
+        "scan body function carry input and carry output must have equal types, but they differ:\n\nThe input carry component carry[0] has type float32[16] but the corresponding output carry component has type float32[16@i].\n\nRevise the function so that all output types match the corresponding input types. For shardings: give"
     ), "{}", e.message);
     let loc = e.location.as_ref().expect("the loop's line");
     assert!(loc.file.ends_with("partitioner_loops.rs") && loc.line == scan_line, "{loc:?}");
     let e = fori.call((&c0, &pw)).unwrap_err();
-    assert!(e.kind == ErrorKind::ShardingType && e.message.starts_with("scan body function carry input") && e.message.contains("carry[1] has type float32[16] but the corresponding output carry component has type float32[16@i]"), "{e}");
+    assert!(e.kind == ErrorKind::Type && e.message.starts_with("scan body function carry input") && e.message.contains("carry[1] has type float32[16] but the corresponding output carry component has type float32[16@i]"), "{e}");
     let e = whl.call((&c0, &pw)).unwrap_err();
-    assert!(e.kind == ErrorKind::ShardingType && e.message.starts_with("while_loop body function carry input") && e.message.contains("carry[1] has type float32[16] but"), "{e}");
+    assert!(e.kind == ErrorKind::Type && e.message.starts_with("while_loop body function carry input") && e.message.contains("carry[1] has type float32[16] but"), "{e}");
     // The reverse: a split initial value the body gives back whole (a broadcast of its sum).
     let back = jit(|c: Array| -> Result<Array> {
         lax::fori_loop(0, 2, |(_, h): (Array, Array)| -> Result<Array> { jnp::broadcast_to(&(h.sum() * 0.1), &[16]) }, c)
     });
     let pc = put(&w, &mesh, P!("i"));
     let e = back.call(&pc).unwrap_err();
-    assert!(e.kind == ErrorKind::ShardingType && e.message.contains("has type float32[16@i] but the corresponding output carry component has type float32[16]"), "{e}");
+    assert!(e.kind == ErrorKind::Type && e.message.contains("has type float32[16@i] but the corresponding output carry component has type float32[16]."), "{e}");
     // Resharding the initial value as the body gives it back: runs, sharded as its init.
     let pc0 = put(&c0, &mesh, P!("i"));
     let (c, ys) = scan.call((&pc0, &pxs)).unwrap();

@@ -338,7 +338,25 @@ fn bad_specs_are_errors() {
     let e = lax::psum(&jnp::arange(8), "i").unwrap_err();
     assert!(e.message.starts_with("unbound axis name: i."), "{e}");
     let f = shard_map(|x: Array| x, Some(&m), P!("i", None), P!("i"));
-    assert!(f.call(jnp::arange(8)).unwrap_err().message.contains("a spec may not be longer than the rank"));
+    let e = f.call(jnp::arange(8)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Value);
+    assert!(e.message.contains(
+        "was given an in_specs entry which is too long to be compatible with the corresponding input value from the function:\n\n\
+         in_specs is P('i', None) which has length 2, but the passed args[0] has shape int32[8], which has rank 1 (and 1 < 2)\n\n\
+         Entries in in_specs must be of length no greater than the number of axes in the corresponding input value."
+    ), "{e}");
+    let f = shard_map(|x: Array| x.sum(), Some(&m), P!("i"), P!("i"));
+    let e = f.call(jnp::arange(8)).unwrap_err();
+    assert!(e.message.contains("out_specs is P('i',) which has length 1, but "), "{e}");
+    assert!(e.message.contains("(*args) has shape int32[], which has rank 0 (and 0 < 1)"), "{e}");
+    // One mesh axis for two dimensions: JAX 0.10.2's DuplicateSpecError, word for word.
+    let m2 = make_mesh(&[2, 4], &["X", "Y"], None).unwrap();
+    let e = NamedSharding::new(&m2, P!("X", "X")).unwrap_err();
+    assert_eq!(e.ename(), "DuplicateSpecError");
+    assert_eq!(
+        e.message,
+        "A single NamedSharding spec specification can map every mesh axis to at most one positional dimension, but P('X', 'X') has duplicate entries for `X`"
+    );
 }
 
 // ---------------------------------------------------------------- differentiation

@@ -372,3 +372,50 @@ fn vmap_keeps_the_batch_dims_explicit_sharding_through_constraints() {
     assert_eq!(typeof_(&out).to_string(), "float32[8@Y,4]");
     assert_eq!(out.to_vec::<f32>().unwrap(), host_values);
 }
+
+/// Inside `scan` a slice of `xs` has the type of `xs` without its leading dim (JAX 0.10.2:
+/// `float32[4@Y]` for a row of `float32[8,4@Y]`), eager and under `jit`; fori_loop's
+/// index is weak (`~int32[]`), as JAX's from Python int bounds; the scan still computes
+/// the running sum of rows.
+#[test]
+fn scan_slices_keep_the_xs_sharding_and_the_fori_index_is_weak() {
+    let _s = serial();
+    eight_cpu_devices();
+    let mesh = make_mesh(&[2, 4], &["X", "Y"], None).unwrap();
+    let _m = set_mesh(&mesh);
+    let host = jnp::arange(32.0).reshape(&[8, 4]);
+    let x = device_put(&host, P!(None, "Y")).unwrap();
+    let c0 = device_put(&jnp::zeros(&[4], DType::F32), P!("Y")).unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let run = |x: Array, c0: Array, seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>| -> Result<Array> {
+        let (c, _) = lax::scan(
+            move |(c, xi): (Array, Array)| -> Result<(Array, Array)> {
+                seen.lock().unwrap().push(format!("{} {}", typeof_(&xi), typeof_(&c)));
+                Ok((&c + &xi, xi.sum()))
+            },
+            c0,
+            x,
+            None,
+            false,
+            1,
+        )?;
+        Ok(c)
+    };
+    let eager = run(x.clone(), c0.clone(), seen.clone()).unwrap();
+    let s2 = seen.clone();
+    let jitted = jit(move |(x, c0): (Array, Array)| run(x, c0, s2.clone())).call((&x, &c0)).unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec!["float32[4@Y] float32[4@Y]".to_string(); 2]);
+    let h = host.to_vec::<f32>().unwrap();
+    let want: Vec<f32> = (0..4).map(|j| (0..8).map(|i| h[i * 4 + j]).sum()).collect();
+    assert_eq!(eager.to_vec::<f32>().unwrap(), want);
+    assert_eq!(jitted.to_vec::<f32>().unwrap(), want);
+    let idx = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let i2 = idx.clone();
+    let r = lax::fori_loop(0, 5, move |(i, c): (Array, Array)| {
+        *i2.lock().unwrap() = typeof_(&i).to_string();
+        c + i.astype(DType::F32)
+    }, jnp::zeros(&[], DType::F32))
+    .unwrap();
+    assert_eq!(*idx.lock().unwrap(), "~int32[]");
+    assert_eq!(r.to_vec::<f32>().unwrap(), vec![10.0]);
+}

@@ -112,10 +112,23 @@ fn flat_of<T: Pytree>(t: &T) -> Flat {
 
 /// Traces `f` on the leaves of `arg_flat` (abstract: only their types matter).
 fn trace_fn<A: Pytree, O: TraceOutput>(name: &str, f: &dyn Fn(A) -> O, arg: &Flat) -> Result<(OpenJaxpr, Flat)> {
-    let avals: Vec<ShapedArray> = arg.leaves.iter().map(|l| l.aval().strong()).collect();
     // The body's arguments have the operands' types (carries their initial values'), so
-    // that `typeof_` inside shows their shardings (a slice of `xs`, a spec, shows plain).
-    let types = crate::sharding_types::leaf_types(arg);
+    // that `typeof_` inside shows their shardings.
+    trace_fn_typed(name, f, arg, crate::sharding_types::leaf_types(arg), 0)
+}
+
+/// [`trace_fn`] with the arguments' sharding types given (`types[i]` for leaf i: a scan
+/// body's slice of `xs` has the sharding of `xs` without its leading dim) and the first
+/// `weak` leaves keeping their weak type (fori_loop's index is `~int32[]` in the body, as
+/// JAX's; the other leaves are traced strong).
+fn trace_fn_typed<A: Pytree, O: TraceOutput>(
+    name: &str,
+    f: &dyn Fn(A) -> O,
+    arg: &Flat,
+    types: Vec<Option<crate::sharding_types::ValueType>>,
+    weak: usize,
+) -> Result<(OpenJaxpr, Flat)> {
+    let avals: Vec<ShapedArray> = arg.leaves.iter().enumerate().map(|(i, l)| if i < weak { l.aval() } else { l.aval().strong() }).collect();
     let mut out = Flat::default();
     let j = trace_to_jaxpr(name, &avals, |ts| {
         crate::sharding_types::type_innermost_args(types);
@@ -342,7 +355,19 @@ fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
         arg.leaves.push(ArgLeaf::Spec(a));
     }
     arg.statics = cflat.statics.iter().chain(&xflat.statics).cloned().collect();
-    let (j, out) = trace_fn("scan body", &f, &arg)?;
+    // Each slice of an x has the x's sharding without the scanned dim (JAX's
+    // `float32[4@Y]` for a row of `float32[8,4@Y]`).
+    let mut types = crate::sharding_types::leaf_types(&cflat);
+    types.extend(crate::sharding_types::leaf_types(&xflat).into_iter().map(|t| {
+        let mut t = t?;
+        if let Some(s) = t.sharding.as_mut() {
+            if !s.spec.0.is_empty() {
+                s.spec.0.remove(0);
+            }
+        }
+        Some(t)
+    }));
+    let (j, out) = trace_fn_typed("scan body", &f, &arg, types, usize::from(first_carry.is_some()))?;
     let carry_leaves = leaves(&cflat)?;
     let mut operands = ops(&j.consts);
     let mut carry_ops = ops(&carry_leaves);
@@ -370,9 +395,10 @@ fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
 #[track_caller]
 pub fn fori_loop<C: Pytree, O: TraceOutput<Out = C>>(lower: i32, upper: i32, body: impl Fn((Array, C)) -> O, init: C) -> Result<C> {
     let n = (upper - lower).max(0) as usize;
+    // Weak, as JAX's index from Python int bounds: `~int32[]` in the body.
     let start = Array::from_buffer(
         crate::runtime::Buffer::from_slice(&ShapedArray::new(&[], DType::I32), &[lower]).expect("scalar"),
-        false,
+        true,
     );
     let ((_, c), ()) = scan_impl(
         |((i, c), ()): ((Array, C), ())| -> Result<((Array, C), ())> {

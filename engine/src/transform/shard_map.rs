@@ -185,7 +185,7 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
         specs.extend(ins);
         let outs = broadcast(&out_specs, jaxpr.outvars.len(), "out_specs", &name)?;
         for (k, (o, spec)) in jaxpr.outvars.iter().zip(&outs).enumerate() {
-            check_spec(&mesh, spec, o.aval().ndim(), &name, &format!("out_specs[{k}]"))?;
+            check_spec(&mesh, spec, &o.aval(), &name, &format!("out_specs[{k}]"), outs.len())?;
         }
         if check_vma {
             check_replication(&jaxpr, &specs, &outs, &mesh, &name)?;
@@ -229,8 +229,11 @@ fn mesh_text(mesh: &Mesh) -> String {
     )
 }
 
-/// Checks that `spec` names only axes of `mesh`, each once, and fits rank `ndim`.
-fn check_spec(mesh: &Mesh, spec: &PartitionSpec, ndim: usize, name: &str, what: &str) -> Result<()> {
+/// Checks that `spec` names only axes of `mesh`, each once, and fits the rank of `aval`
+/// (`what` is `in_specs[i]` or `out_specs[k]`; `nouts` the number of outputs, for JAX's
+/// `f(*args)[k]` naming of an output).
+fn check_spec(mesh: &Mesh, spec: &PartitionSpec, aval: &ShapedArray, name: &str, what: &str, nouts: usize) -> Result<()> {
+    let ndim = aval.ndim();
     let mut seen: Vec<&String> = vec![];
     for e in &spec.0 {
         for a in &e.0 {
@@ -248,8 +251,22 @@ fn check_spec(mesh: &Mesh, spec: &PartitionSpec, ndim: usize, name: &str, what: 
         }
     }
     if spec.0.len() > ndim {
+        // JAX 0.10.2's text (it also names the Python parameter, which Rust closures lack).
+        let k = spec.0.len();
+        let index: String = what.chars().filter(char::is_ascii_digit).collect();
+        let (specs, side, value, whose) = if what.starts_with("in_specs") {
+            ("in_specs", "input", format!("the passed args[{index}]"), "inputs")
+        } else if nouts > 1 {
+            ("out_specs", "output", format!("{name}(*args)[{index}]"), "outputs")
+        } else {
+            ("out_specs", "output", format!("{name}(*args)"), "outputs")
+        };
         return Err(Error::value_error(format!(
-            "shard_map applied to the function '{name}' was given {what} of value {spec:?} for a value of rank {ndim}: a spec may not be longer than the rank"
+            "shard_map applied to the function '{name}' was given an {specs} entry which is too long to be compatible with the corresponding {side} value from the function:\n\n\
+             {specs} is {spec:?} which has length {k}, but {value} has shape {}, which has rank {ndim} (and {ndim} < {k})\n\n\
+             Entries in {specs} must be of length no greater than the number of axes in the corresponding {side} value.\n\n\
+             Either revise the spec to be shorter, or modify '{name}' so that its {whose} have sufficient rank.",
+            aval.long()
         )));
     }
     Ok(())
@@ -296,7 +313,7 @@ fn check_explicit_args(mesh: &Mesh, ins: &[PartitionSpec], leaves: &[Array]) -> 
 
 /// The per-device block type of an argument of type `aval` split by `spec`.
 fn block_aval(mesh: &Mesh, spec: &PartitionSpec, aval: &ShapedArray, name: &str, i: usize) -> Result<ShapedArray> {
-    check_spec(mesh, spec, aval.ndim(), name, &format!("in_specs[{i}]"))?;
+    check_spec(mesh, spec, aval, name, &format!("in_specs[{i}]"), 0)?;
     let mut b = aval.clone();
     for (d, n) in b.shape.iter_mut().enumerate() {
         let axes = spec.axes(d);
