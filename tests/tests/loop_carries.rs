@@ -380,3 +380,32 @@ fn a_small_scan_keeps_its_buffers_on_the_stack() {
         close(*g, *w, 1e-4, "final carry");
     }
 }
+
+/// A jitted `scan` (bounded running time) whose latest run was short runs on the calling
+/// thread: from its second call its result is ready when `call` returns, and equal to
+/// the first's (and to the f64 loop). A `while_loop` (running time unbounded) still goes
+/// to the device worker, and its result is right too.
+#[test]
+fn a_short_scan_runs_on_the_calling_thread_after_its_first_call() {
+    let f = jit(|c: Array| lax::fori_loop(0, 100, |(i, c): (Array, Array)| c * 0.5 + i.astype(DType::F32), c));
+    let c0 = jnp::zeros(&[4], DType::F32);
+    let mut want = 0.0f64;
+    for i in 0..100 {
+        want = want * 0.5 + i as f64;
+    }
+    let first = f.call(&c0).unwrap();
+    for _ in 0..3 {
+        let r = f.call(&c0).unwrap();
+        assert!(r.is_ready(), "a short scan's result is ready when call returns");
+        assert_eq!(f64s(&r), f64s(&first));
+    }
+    for v in f64s(&first) {
+        close(v, want, 1e-5, "fori_loop");
+    }
+    let w = jit(|c: Array| lax::while_loop(|(i, _): (Array, Array)| i.lt(100), |(i, c): (Array, Array)| (i + 1, c * 0.5 + 1.0), (jnp::zeros(&[], DType::I32), c)));
+    for _ in 0..3 {
+        let (i, c) = w.call(&c0).unwrap();
+        assert_eq!(item(&i), 100.0);
+        close(item(&c.sum()), 4.0 * 2.0, 1e-5, "while_loop");
+    }
+}

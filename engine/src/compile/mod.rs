@@ -127,6 +127,10 @@ pub struct Executable {
     upgrade: Option<Arc<tiered::Upgrade>>,
     /// Executions of this engine's code.
     runs: AtomicU64,
+    /// Whether executions are timed into `last_run_ns` (`time_runs`).
+    timed: std::sync::atomic::AtomicBool,
+    /// Wall time of the latest timed execution in ns (0: none yet).
+    last_run_ns: AtomicU64,
     /// `jit(<name>)` from the module's name: the allocation site of its outputs and the
     /// name of its executions in profiles.
     name: String,
@@ -396,6 +400,8 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         opt_level: opts.opt_level,
         upgrade: None,
         runs: AtomicU64::new(0),
+        timed: std::sync::atomic::AtomicBool::new(false),
+        last_run_ns: AtomicU64::new(0),
         site: crate::runtime::memory::site_id(&display_name(&module.text)),
         name: display_name(&module.text),
         object,
@@ -449,6 +455,8 @@ pub(crate) fn load_executable(module: &LoweredModule, aliases: Vec<Option<usize>
         opt_level,
         upgrade: None,
         runs: AtomicU64::new(0),
+        timed: std::sync::atomic::AtomicBool::new(false),
+        last_run_ns: AtomicU64::new(0),
         site: crate::runtime::memory::site_id(&display_name(&module.text)),
         name: display_name(&module.text),
         object: None,
@@ -551,8 +559,33 @@ impl Executable {
         self.execute_args_small(args).map(SmallVec::into_vec)
     }
 
+    /// Times every later execution (wall time into `last_run`; two clock reads a call).
+    /// Set for executables whose running time decides where they run (a jitted `scan`).
+    pub(crate) fn time_runs(&self) {
+        self.timed.store(true, Ordering::Relaxed);
+    }
+
+    /// Wall time of the latest execution since `time_runs`, of whichever tier ran;
+    /// `None` before one.
+    pub(crate) fn last_run(&self) -> Option<Duration> {
+        match self.last_run_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
     /// `execute_args` returning the outputs inline (no allocation for up to 4).
     pub(crate) fn execute_args_small(&self, args: &mut [ArgBuf<'_>]) -> Result<SmallVec<[Buffer; 4]>, Error> {
+        if self.timed.load(Ordering::Relaxed) {
+            let t0 = Instant::now();
+            let r = self.execute_untimed(args);
+            self.last_run_ns.store((t0.elapsed().as_nanos() as u64).max(1), Ordering::Relaxed);
+            return r;
+        }
+        self.execute_untimed(args)
+    }
+
+    fn execute_untimed(&self, args: &mut [ArgBuf<'_>]) -> Result<SmallVec<[Buffer; 4]>, Error> {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         if let Some(up) = &self.upgrade {
             if let Some(e2) = up.ready.get() {

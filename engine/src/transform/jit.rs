@@ -145,6 +145,9 @@ pub struct CacheEntry {
     /// Whether calls with ready inputs may run synchronously on the calling thread
     /// (`sync_ok`).
     pub sync: bool,
+    /// Whether its running time is bounded by its shapes (`bounded_ok`): then calls run
+    /// on the calling thread while its latest run was short (`run_here`).
+    pub bounded: bool,
     /// Whether the jaxpr (or a nested one) has effects (`Jaxpr::has_effects`).
     pub has_effects: bool,
     /// Whether the jaxpr (or a nested one) holds a `shard_map`: such calls run equation by
@@ -181,6 +184,35 @@ pub(crate) fn sync_ok(j: &crate::ir::Jaxpr) -> bool {
         })
     }
     !j.has_effects() && !loops(j)
+}
+
+/// Whether a computation's running time is bounded by its shapes alone: no effects, and
+/// its loops (at least one) are all `scan`s (a fixed trip count; `fori_loop` with static
+/// bounds is one), no `while`. Such a computation may run on the calling thread once a
+/// timed run showed it short ([`run_here`]): a handoff to the device worker and back cost
+/// tens of µs on this machine kind (a KVM guest), more than a short scan runs, and a run
+/// that is short stays short, so a wait for it never needs an interrupt.
+pub(crate) fn bounded_ok(j: &crate::ir::Jaxpr) -> bool {
+    fn has_while(j: &crate::ir::Jaxpr) -> bool {
+        j.eqns.iter().any(|e| matches!(e.primitive, crate::ir::Primitive::While { .. }) || e.primitive.sub_jaxprs().into_iter().any(has_while))
+    }
+    !j.has_effects() && !sync_ok(j) && !has_while(j)
+}
+
+/// The longest latest run of a [`bounded_ok`] executable that runs on the calling thread.
+pub(crate) const SYNC_LOOP_MAX: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Whether a call may run on the calling thread: `sync` (`sync_ok`), or `bounded`
+/// (`bounded_ok`) and `exe`'s latest run took under [`SYNC_LOOP_MAX`]. A bounded
+/// executable's runs are timed from its first call (which goes to the worker).
+pub(crate) fn run_here(sync: bool, bounded: bool, exe: &pipeline::ExecutableRef) -> bool {
+    if sync {
+        return true;
+    }
+    // Timed also when it goes to the worker: the wait for its result spins as long as it
+    // last ran (`dispatch::expect_run`, in `run` and `run_donating`).
+    exe.time_runs();
+    bounded && exe.last_run().is_some_and(|t| t < SYNC_LOOP_MAX)
 }
 
 /// A jitted function's `in_shardings` (per argument position) and `out_shardings` (per
@@ -717,7 +749,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         }
         let outs = match (partitioned, art) {
             (Some(outs), _) => outs,
-            (None, Some(art)) if entry.sync => match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
+            (None, Some(art)) if run_here(entry.sync, entry.bounded, &art.executable) => match run_sync(&art.executable, &entry.jaxpr, flat.leaves.iter().map(|l| match l {
                 ArgLeaf::Value(a) => a.device().expect("concrete"),
                 ArgLeaf::Spec(_) => unreachable!(),
             }), &place)? {
@@ -889,6 +921,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
         let (jaxpr, out_statics, out_tree) = self.trace_flat(flat, &sig)?;
         drop(span);
         let sync = sync_ok(&jaxpr.jaxpr);
+        let bounded = bounded_ok(&jaxpr.jaxpr);
         let has_effects = jaxpr.jaxpr.has_effects();
         let has_shard_map = crate::transform::shard_map::contains_shard_map(&jaxpr.jaxpr);
         let (in_kinds, out_kinds) = self.memory_kinds(&flat.treedef, &jaxpr.jaxpr);
@@ -900,6 +933,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
             trace_secs: t0.elapsed().as_secs_f64(),
             compiled: OnceLock::new(),
             sync,
+            bounded,
             has_effects,
             has_shard_map,
             matmul_precision: crate::lax::precision::default_matmul_precision(),
@@ -1199,6 +1233,7 @@ fn py_bool(b: bool) -> &'static str {
 pub(crate) fn run(exe: &pipeline::ExecutableRef, jaxpr: &ClosedJaxpr, inputs: Vec<Arc<DeviceArray>>, place: &OutPlace) -> Result<Vec<Array>> {
     let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().enumerate().map(|(i, a)| place.out(i, a, None)).collect();
     let exe = exe.clone();
+    dispatch::expect_run(exe.last_run());
     dispatch::submit_on(place.placement.device, outs.clone(), move || {
         let bufs = inputs.iter().map(|d| d.wait()).collect::<Result<Vec<_>>>()?;
         let refs: Vec<&Buffer> = bufs.iter().map(|b| b.as_ref()).collect();
@@ -1371,6 +1406,7 @@ pub(crate) fn run_donating(
     }
     let outs: Vec<Arc<DeviceArray>> = jaxpr.jaxpr.out_avals().into_iter().enumerate().map(|(i, a)| place.out(i, a, None)).collect();
     let exe = exe.clone();
+    dispatch::expect_run(exe.last_run());
     dispatch::submit_on(place.placement.device, outs.clone(), move || {
         let mut bufs: Vec<Option<Arc<Buffer>>> = Vec::with_capacity(inputs.len());
         for (d, t) in inputs.iter().zip(&mut taken) {

@@ -471,7 +471,9 @@ impl<A: Pytree, R: Pytree> Compiled<A, R> {
                 return crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone());
             }
         }
-        let outs: Vec<Array> = run_donating(exe, &self.jaxpr, inputs, &self.donated, super::jit::sync_ok(&self.jaxpr.jaxpr), &place)?;
+        let j = &self.jaxpr.jaxpr;
+        let here = super::jit::run_here(super::jit::sync_ok(j), super::jit::bounded_ok(j), exe);
+        let outs: Vec<Array> = run_donating(exe, &self.jaxpr, inputs, &self.donated, here, &place)?;
         crate::trace::pytree::unflatten_like::<R>(&self.out_tree, outs, self.out_statics.clone())
     }
     /// A call of a `shard_map` program: partitioned on the mesh of its `shard_map`
