@@ -617,7 +617,7 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
                 Some(Val { var: v, dims, partial: None })
             }
             ShardingConstraint { sharding } if one_out && e.inputs.len() == 1 && og.ndim() > 0 => {
-                let want = if &sharding.mesh == mesh { b.fit(og, &crate::sharding_rules::dims_of(&sharding.spec, og.ndim())) } else { b.fit(og, &out_prop[0]) };
+                let want = if sharding.mesh.same_grid(mesh) { b.fit(og, &crate::sharding_rules::dims_of(&sharding.spec, og.ndim())) } else { b.fit(og, &out_prop[0]) };
                 match b.operand(&e.inputs[0], &mut vals, &want)? {
                     Atom::Var(v) => Some(Val { var: v, dims: want, partial: None }),
                     Atom::Lit(_) => None,
@@ -945,10 +945,6 @@ fn plan_text_with(p: &Plan, mesh: &Mesh, modules: &[String]) -> String {
     s
 }
 
-/// Serializes the submission of partitioned calls, so every device worker sees their
-/// collectives in the same order.
-static SUBMIT: Mutex<()> = Mutex::new(());
-
 /// Runs `j` partitioned on `inputs` (`want`: per result, the layout asked by
 /// `out_shardings`, else the propagated one); `Ok(None)` means "take the gather path".
 /// `name` names the per-device executables (`jit(name)`), compiled with `opts` (the
@@ -971,7 +967,8 @@ pub(crate) fn try_run(name: &str, j: &ClosedJaxpr, inputs: &[Arc<DeviceArray>], 
         plan.outs.iter().map(|(_, g, ns)| ns.blocks(&g.shape).map(|b| b.into_iter().collect())).collect::<Result<_>>()?;
     let out_avals: Vec<ShapedArray> =
         plan.outs.iter().map(|(id, _, _)| plan.program.outvars.iter().find(|a| matches!(a, Atom::Var(v) if v.id == *id)).map(|a| a.aval().clone())).collect::<Option<_>>().ok_or_else(|| Error::runtime("internal: partitioned result"))?;
-    let _order = SUBMIT.lock().unwrap_or_else(|e| e.into_inner());
+    // Every device worker sees the collectives of partitioned calls in one order.
+    let _order = dispatch::submission_order();
     for (k, &dev) in ids.iter().enumerate() {
         let mut dargs: Vec<Arc<DeviceArray>> = Vec::with_capacity(inputs.len());
         for (d, m) in inputs.iter().zip(&shard_maps) {

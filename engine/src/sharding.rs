@@ -303,6 +303,12 @@ impl Mesh {
         let names: Vec<&str> = self.0.axis_names.iter().map(|s| s.as_str()).collect();
         Mesh::new(&self.devices(), &self.0.axis_sizes, &names, types.to_vec())
     }
+    /// Whether `other` is this mesh up to axis types: the same axis names and sizes over
+    /// the same devices in the same order (what `auto_axes`/`explicit_axes`/`shard_map`
+    /// switch between), so a layout on one is the same layout on the other.
+    pub(crate) fn same_grid(&self, other: &Mesh) -> bool {
+        self.0.axis_names == other.0.axis_names && self.0.axis_sizes == other.0.axis_sizes && self.0.devices == other.0.devices
+    }
 }
 
 fn py_tuple(items: impl Iterator<Item = String>) -> String {
@@ -938,6 +944,8 @@ pub fn device_put(x: &Array, target: impl Into<PutTarget>) -> Result<Array> {
                 let _ = sh.shards.set(vec![ShardBuf { device: d, index: blocks[0].1.clone(), data: one.clone() }]);
                 return Ok(Array::from_device(wrap_sharded(&one, aval, sh)));
             }
+            // Each slice waits for the whole source: sent as one group (`submission_order`).
+            let _order = dispatch::submission_order();
             let shards: Vec<ShardBuf> = blocks
                 .into_iter()
                 .map(|(dev, index)| {
@@ -1298,6 +1306,10 @@ pub struct ArrayType {
     /// The memory the array lives in (`pinned_host` shows as `<host>`; JAX's
     /// `unpinned_host` is the device memory space and shows plain).
     pub memory_kind: MemoryKind,
+    /// Inside a `shard_map` body traced with `check_vma`: the mesh axes the value varies
+    /// over (JAX's varying manual axes), shown as `{V:X}` or `{V:(X,Y)}` after the type;
+    /// empty elsewhere.
+    pub vma: Vec<String>,
 }
 
 impl fmt::Display for ArrayType {
@@ -1306,7 +1318,12 @@ impl fmt::Display for ArrayType {
             Some(ns) => sharded_type_text(&self.aval, ns),
             None => self.aval.long(),
         };
-        f.write_str(&with_space(t, self.memory_kind))
+        f.write_str(&with_space(t, self.memory_kind))?;
+        match self.vma.as_slice() {
+            [] => Ok(()),
+            [a] => write!(f, "{{V:{a}}}"),
+            many => write!(f, "{{V:({})}}", many.join(",")),
+        }
     }
 }
 impl fmt::Debug for ArrayType {
@@ -1336,6 +1353,10 @@ pub fn typeof_(x: &Array) -> ArrayType {
             Repr::Device(d) => d.memory_kind,
             Repr::Tracer(_) if t.is_some_and(|t| t.host) => MemoryKind::PinnedHost,
             Repr::Tracer(_) => MemoryKind::Device,
+        },
+        vma: match &x.0 {
+            Repr::Tracer(t) => crate::transform::shard_map::body_vma(t).unwrap_or_default(),
+            Repr::Device(_) => vec![],
         },
     }
 }
@@ -1645,6 +1666,7 @@ pub(crate) fn from_shards(aval: ShapedArray, ns: NamedSharding, shards: Vec<Arc<
     // made on the host, i.e. device 0) is copied to the device that holds it, so its memory
     // is that device's; one made uncommitted on its own device is copied committed, as
     // every shard of a shard_map result is.
+    let _order = dispatch::submission_order();
     let placed = |device: u32, data: Arc<DeviceArray>| {
         if data.placement.device == device && data.placement.committed { data } else { put_on(&data, device, true, data.memory_kind) }
     };

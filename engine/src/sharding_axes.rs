@@ -70,7 +70,7 @@ impl Drop for ScopeGuard {
 /// thread when that one switched a mesh of the same axes and devices; else `m`.
 pub(crate) fn axes_in_scope(m: &Mesh) -> Mesh {
     SCOPE.with(|s| match s.borrow().last() {
-        Some(top) if !is_manual(top) && top.axis_names() == m.axis_names() && top.axis_sizes() == m.axis_sizes() && top.devices() == m.devices() => top.clone(),
+        Some(top) if !is_manual(top) && top.same_grid(m) => top.clone(),
         _ => m.clone(),
     })
 }

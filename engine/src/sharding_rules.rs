@@ -171,8 +171,9 @@ fn check_unique(name: &str, mesh: &Mesh, ins: &[(&ShapedArray, &Dims)], out: &Sh
 pub(crate) fn eqn_rule(prim: &Primitive, mesh: &Mesh, in_avals: &[&ShapedArray], ins: &[Dims], out_avals: &[ShapedArray]) -> Result<Vec<Dims>> {
     let replicated = || out_avals.iter().map(|a| vec![vec![]; a.ndim()]).collect::<Vec<Dims>>();
     if let Primitive::ShardingConstraint { sharding } = prim {
-        // The constraint's layout on its mesh; on another mesh the operand's.
-        return Ok(vec![match (&sharding.mesh == mesh, out_avals.first(), ins.first()) {
+        // The constraint's layout on its mesh (or on that mesh with other axis types, as
+        // `explicit_axes` nested in `auto_axes` constrains); on another mesh the operand's.
+        return Ok(vec![match (sharding.mesh.same_grid(mesh), out_avals.first(), ins.first()) {
             (true, Some(a), _) => dims_of(&sharding.spec, a.ndim()),
             (false, _, Some(d)) => d.clone(),
             _ => return Ok(replicated()),
@@ -431,7 +432,7 @@ pub(crate) fn jaxpr_rule(jaxpr: &Jaxpr, mesh: &Mesh, ins: &[Dims]) -> Result<Vec
         if let Primitive::ShardMap(sm) = &e.primitive {
             // Results laid out as the out_specs (on its own mesh; replicated on another).
             for (v, s) in e.outputs.iter().zip(&sm.out_specs) {
-                env.insert(v.id, if &sm.mesh == mesh { dims_of(s, v.aval.ndim()) } else { vec![vec![]; v.aval.ndim()] });
+                env.insert(v.id, if sm.mesh.same_grid(mesh) { dims_of(s, v.aval.ndim()) } else { vec![vec![]; v.aval.ndim()] });
             }
             continue;
         }

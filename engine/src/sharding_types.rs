@@ -269,7 +269,7 @@ impl Walk<'_> {
                 sm.out_specs
                     .iter()
                     .zip(out_avals)
-                    .map(|(s, a)| Note { dims: if Some(&sm.mesh) == self.mesh { dims_of(s, a.ndim()) } else { vec![vec![]; a.ndim()] }, host: false })
+                    .map(|(s, a)| Note { dims: if self.mesh.is_some_and(|m| sm.mesh.same_grid(m)) { dims_of(s, a.ndim()) } else { vec![vec![]; a.ndim()] }, host: false })
                     .collect(),
             ),
             Primitive::DebugCallback { .. } => return vec![],

@@ -391,6 +391,39 @@ def test_interrupt_stops_a_long_running_cell(kernel):
     assert result_text(outputs) == "42"
 
 
+@prelude_off
+def test_interrupt_stops_a_loop_of_short_engine_calls_and_keeps_variables(kernel):
+    """A Rust loop of eager ops and cached jitted calls, each too short for a wait to see
+    the interrupt, stops at its next engine call (the engine polls the flag there): the
+    cell fails with KeyboardInterrupt and the evaluation child is not restarted, so a
+    variable from before is still there (a restart would have lost it)."""
+    km, kc = kernel
+    assert run(kc, "let kept_before_loop = jnp::arange(3.0);", timeout=FIRST_CELL_TIMEOUT)[0]["status"] == "ok"
+    code = (
+        "let mut y = jnp::arange(8.0);\n"
+        "let cosine = jit(|a: Array| a.cos());\n"
+        'println!("looping");\n'
+        "loop { y = y.sin(); y = cosine.call(&y).unwrap(); }"
+    )
+    msg_id = kc.execute(code)
+    deadline = time.monotonic() + CELL_TIMEOUT
+    while True:
+        msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+            assert msg["content"]["text"] == "looping\n"
+            break
+    time.sleep(0.5)
+    km.interrupt_kernel()
+    reply, messages = collect(kc, msg_id, timeout=60)
+    assert reply["content"]["status"] == "error"
+    text = reply["content"]["ename"] + ": " + reply["content"]["evalue"]
+    assert "nterrupt" in text, text  # KeyboardInterrupt (sin) or Interrupted (the unwrap)
+    assert not any("lost" in m["content"].get("text", "") for m in messages), messages
+    reply, outputs = run(kc, "kept_before_loop")
+    assert reply["status"] == "ok", reply
+    assert result_text(outputs) == "Array([0., 1., 2.], dtype=float32)"
+
+
 def test_interrupt_while_idle_is_harmless(kernel):
     km, kc = kernel
     km.interrupt_kernel()

@@ -433,3 +433,37 @@ fn explicit_mesh_arguments_must_match_in_specs() {
     let on_mixed = shard_map(|b: Array| b * 2.0, Some(&mixed), P!(None, "Y"), P!(None, "Y"));
     assert_eq!(on_mixed.call(&host).unwrap().to_vec::<f32>().unwrap(), fixed.to_vec::<f32>().unwrap());
 }
+
+/// `typeof_` inside a `shard_map` body shows the block type and the mesh axes the value
+/// varies over, as JAX 0.10.2 prints them (`float32[1,2]{V:(X,Y)}`; `psum` over X leaves
+/// `{V:Y}`; a value invariant over every axis shows none); with `check_vma` off, none.
+#[test]
+fn typeof_in_a_body_shows_the_varying_axes() {
+    eight_cpu_devices();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let body = |seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>, axis: &'static str| {
+        move |b: Array| -> Result<Array> {
+            let s = lax::psum(&b, axis)?;
+            let mut l = seen.lock().unwrap();
+            l.push(typeof_(&b).to_string());
+            l.push(typeof_(&s).to_string());
+            l.push(typeof_(&b.sum()).to_string());
+            Ok(b)
+        }
+    };
+    let x = jnp::arange(16.0).reshape(&[8, 2]);
+    let explicit = make_mesh(&[2, 4], &["X", "Y"], None).unwrap();
+    let xs = device_put(&x, NamedSharding::new(&explicit, P!(("X", "Y"))).unwrap()).unwrap();
+    let f = shard_map(body(seen.clone(), "X"), Some(&explicit), P!(("X", "Y")), P!(("X", "Y")));
+    assert_eq!(f.call(&xs).unwrap().to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    assert_eq!(*seen.lock().unwrap(), ["float32[1,2]{V:(X,Y)}", "float32[1,2]{V:Y}", "float32[]{V:(X,Y)}"]);
+    seen.lock().unwrap().clear();
+    let auto = make_mesh(&[2, 4], &["X", "Y"], Some(&[AxisType::Auto; 2])).unwrap();
+    let f = shard_map(body(seen.clone(), "X"), Some(&auto), P!("X"), P!("X"));
+    f.call(&x).unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["float32[4,2]{V:X}", "float32[4,2]", "float32[]{V:X}"]);
+    seen.lock().unwrap().clear();
+    let f = shard_map_with(body(seen.clone(), "X"), Some(&auto), P!("X"), P!("X"), false);
+    f.call(&x).unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["float32[4,2]", "float32[4,2]", "float32[]"]);
+}

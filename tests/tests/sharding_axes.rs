@@ -419,3 +419,91 @@ fn scan_slices_keep_the_xs_sharding_and_the_fori_index_is_weak() {
     assert_eq!(*idx.lock().unwrap(), "~int32[]");
     assert_eq!(r.to_vec::<f32>().unwrap(), vec![10.0]);
 }
+
+/// `explicit_axes` nested in `auto_axes` on an `Explicit` mesh (found by a fresh user):
+/// its argument has the `in_sharding` layout on the axes it makes explicit again
+/// (`float32[8,4@Y]`, JAX 0.10.2), both under `jit` and eagerly; its result is plain
+/// back in the `Auto` scope, and `auto_axes`' `out_sharding` lays it out as asked.
+#[test]
+fn explicit_axes_nested_in_auto_axes_types_its_argument() {
+    let _s = serial();
+    eight_cpu_devices();
+    let mesh = make_mesh(&[2, 4], &["X", "Y"], None).unwrap();
+    let _m = set_mesh(&mesh);
+    let host = jnp::arange(32.0).reshape(&[8, 4]);
+    let x = device_put(&host, P!("X", "Y")).unwrap();
+    let lines = Lines::default();
+    let l = lines.clone();
+    let outer = auto_axes(
+        move |a: Array| -> Result<Array> {
+            l.push(format!("outer arg {}", typeof_(&a)));
+            let l2 = l.clone();
+            let inner = explicit_axes(
+                move |b: Array| {
+                    l2.push(format!("inner {}", typeof_(&b)));
+                    let c = &b * 2.0;
+                    l2.push(format!("inner b {}", typeof_(&c)));
+                    c
+                },
+                Some(&["Y"]),
+                [P!(None, "Y")],
+            );
+            let r = inner.call(a)?;
+            l.push(format!("outer r {}", typeof_(&r)));
+            Ok(r + 1.0)
+        },
+        None,
+        [P!("X", "Y")],
+    );
+    let o2 = outer.clone();
+    let l = lines.clone();
+    let f = jit(move |a: Array| -> Result<Array> {
+        let r = o2.call(a)?;
+        l.push(format!("f r {}", typeof_(&r)));
+        Ok(r)
+    });
+    let y = f.call(&x).unwrap();
+    let inside = ["outer arg float32[8,4]", "inner float32[8,4@Y]", "inner b float32[8,4@Y]", "outer r float32[8,4]"];
+    let mut want: Vec<String> = inside.iter().map(|s| s.to_string()).collect();
+    want.push("f r float32[8@X,4@Y]".into());
+    assert_eq!(lines.take(), want);
+    assert_eq!(typeof_(&y).to_string(), "float32[8@X,4@Y]");
+    let values: Vec<f32> = (0..32).map(|i| 2.0 * i as f32 + 1.0).collect();
+    assert_eq!(y.to_vec::<f32>().unwrap(), values);
+    let e = outer.call(&x).unwrap();
+    assert_eq!(lines.take(), inside);
+    assert_eq!(typeof_(&e).to_string(), "float32[8@X,4@Y]");
+    assert_eq!(e.to_vec::<f32>().unwrap(), values);
+}
+
+/// `grad` through `auto_axes` on an `Explicit` mesh gives the cotangent the primal's
+/// type (JAX 0.10.2: `float32[8@X]` with spec `P('X',)`), eagerly, under `jit` and with
+/// `value_and_grad`; the inner result has its `out_sharding` (`float32[8@Y]`).
+#[test]
+fn grad_through_auto_axes_keeps_the_primal_sharding() {
+    let _s = serial();
+    eight_cpu_devices();
+    let mesh = make_mesh(&[2, 4], &["X", "Y"], None).unwrap();
+    let _m = set_mesh(&mesh);
+    let x = device_put(&jnp::arange(8.0), P!("X")).unwrap();
+    let lines = Lines::default();
+    let l = lines.clone();
+    let loss = move |a: Array| -> Result<Array> {
+        let b = auto_axes(|t: Array| t.sin() * 2.0, None, [P!("Y")]).call(a)?;
+        l.push(typeof_(&b).to_string());
+        Ok(b.sum())
+    };
+    let want: Vec<f32> = (0..8).map(|i| 2.0 * (i as f32).cos()).collect();
+    let close = |g: &Array| g.to_vec::<f32>().unwrap().iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-5);
+    let g = grad(loss.clone())(x.clone()).unwrap();
+    assert_eq!(typeof_(&g).to_string(), "float32[8@X]");
+    assert_eq!(format!("{:?}", g.sharding().unwrap().spec().unwrap()), "P('X',)");
+    assert!(close(&g), "{:?}", g.to_vec::<f32>());
+    let g = jit(grad(loss.clone())).call(&x).unwrap();
+    assert_eq!(typeof_(&g).to_string(), "float32[8@X]");
+    assert!(close(&g), "{:?}", g.to_vec::<f32>());
+    let (v, g) = value_and_grad(loss)(x.clone()).unwrap();
+    assert_eq!((typeof_(&v).to_string(), typeof_(&g).to_string()), ("float32[]".to_string(), "float32[8@X]".to_string()));
+    assert!((v.item::<f32>().unwrap() - (0..8).map(|i| 2.0 * (i as f32).sin()).sum::<f32>()).abs() < 1e-4);
+    assert_eq!(lines.take(), vec!["float32[8@Y]".to_string(); 3]);
+}

@@ -398,6 +398,19 @@ fn next_job(rx: &std::sync::mpsc::Receiver<Job>) -> Option<Job> {
     rx.recv().ok()
 }
 
+/// Serializes the submission of groups of jobs on several devices whose jobs block on
+/// work of other devices (a partitioned program's per-device parts meet at collectives;
+/// `device_put`'s per-device slices each wait for the whole source). Holding it while a
+/// group is sent makes the group one step in a single global order of submissions that
+/// every device's queue follows; a job only waits for work sent before it, so the
+/// earliest unfinished group always has every part at the front of its queue and no
+/// two groups can wait on each other (found as a hang of two tests: a `device_put` from
+/// one thread slipped between the devices of another thread's partitioned call).
+pub(crate) fn submission_order() -> std::sync::MutexGuard<'static, ()> {
+    static ORDER: Mutex<()> = Mutex::new(());
+    ORDER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs `f` on device 0's worker after all earlier work; its result fills `outs`
 /// (one buffer per output, in order). Returns at once.
 pub fn submit(outs: Vec<Arc<DeviceArray>>, f: impl FnOnce() -> Result<Vec<Buffer>> + Send + 'static) {

@@ -37,3 +37,15 @@ pub fn clear() {
 pub fn take_if_set() -> bool {
     flag().swap(false, Ordering::SeqCst)
 }
+
+/// `Err(Interrupted)` when an interrupt was requested (clearing it), else `Ok`: polled
+/// before each eager operation and each call of a jitted function outside a trace, so a
+/// Rust loop of short engine calls stops at its next call (the cell fails, or panics for
+/// an operator that cannot return the error; either way the session's variables are
+/// kept). Costs one relaxed atomic load when no interrupt is pending.
+pub fn check() -> crate::error::Result<()> {
+    if flag().load(Ordering::Relaxed) && take_if_set() {
+        return Err(crate::error::Error::interrupted());
+    }
+    Ok(())
+}

@@ -316,6 +316,7 @@ pub fn bind(prim: Primitive, operands: Vec<Operand>, loc: &Location<'_>) -> Resu
         });
     }
     let out_avals = out_avals?;
+    crate::runtime::interrupt::check().map_err(|e| e.at(Some(source_info(loc))))?;
     if let (Primitive::DevicePut { memory_kind }, [Operand::Array(a)]) = (&prim, operands.as_slice()) {
         // Eagerly (an interpreted jaxpr, `jax_disable_jit`): the real move between kinds.
         return crate::sharding::device_put(a, *memory_kind).map(|r| vec![r]);

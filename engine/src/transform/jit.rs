@@ -636,6 +636,7 @@ impl<A: Pytree, R: Pytree> Jitted<A, R> {
                 "cannot call a jitted function with ShapeDtypeStruct arguments; use .trace(...) or .lower(...) for specs",
             ));
         }
+        crate::runtime::interrupt::check()?;
         let _span = crate::profiler::span("jit", || format!("PjitFunction({})", self.inner.name));
         let (entry, traced_now) = self.lookup_or_trace(&flat, loc)?;
         if crate::magic::capturing() {

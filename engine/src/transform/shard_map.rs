@@ -161,7 +161,7 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
             let manual = mesh.with_axis_types(&vec![crate::sharding::AxisType::Manual; mesh.axis_names().len()])?;
             let _scope = crate::sharding_axes::ScopeGuard::push(&manual);
             trace_to_jaxpr("shard_map", &block_avals, |tracers| {
-                let _body = enter_body(&mesh, &ins);
+                let _body = enter_body(&mesh, &ins, check_vma);
                 let a = unflatten_like::<A>(&flat.treedef, tracers, flat.statics.clone())?;
                 let r = f(a).into_result()?;
                 out_flat = flatten_value(&r);
@@ -363,8 +363,8 @@ type Vma = u64;
 
 thread_local! {
     /// The `shard_map` bodies being traced on this thread (innermost last): the body
-    /// trace's id, the mesh and the in_specs of the body's arguments.
-    static BODIES: std::cell::RefCell<Vec<(u64, Mesh, Vec<PartitionSpec>)>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// trace's id, the mesh, the in_specs of the body's arguments and `check_vma`.
+    static BODIES: std::cell::RefCell<Vec<(u64, Mesh, Vec<PartitionSpec>, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Pops the body `enter_body` pushed.
@@ -380,10 +380,33 @@ impl Drop for BodyGuard {
 
 /// Marks the innermost trace as a `shard_map` body on `mesh` with arguments split as `specs`
 /// (until the guard drops).
-fn enter_body(mesh: &Mesh, specs: &[PartitionSpec]) -> BodyGuard {
+fn enter_body(mesh: &Mesh, specs: &[PartitionSpec], check_vma: bool) -> BodyGuard {
     let id = crate::trace::innermost_trace_id().unwrap_or(0);
-    BODIES.with(|b| b.borrow_mut().push((id, mesh.clone(), specs.to_vec())));
+    BODIES.with(|b| b.borrow_mut().push((id, mesh.clone(), specs.to_vec(), check_vma)));
     BodyGuard
+}
+
+/// For `t`, a value of a `shard_map` body being traced (not of a trace nested in it): the
+/// body's mesh, the mesh axes `t` varies over (in mesh order; see [`output_vma`]) and
+/// the body's `check_vma`. `None`: `t` is not such a value.
+fn body_varying(t: &crate::trace::Tracer) -> Option<(Mesh, Vec<String>, bool)> {
+    let (id, j) = crate::trace::partial_jaxpr(t)?;
+    let (mesh, specs, check) = BODIES.with(|b| b.borrow().iter().rev().find(|(i, ..)| *i == id).map(|(_, m, s, c)| (m.clone(), s.clone(), *c)))?;
+    if specs.len() != j.invars.len() {
+        return None;
+    }
+    let ins: Vec<Vma> = specs.iter().map(|s| spec_mask(&mesh, s)).collect();
+    let vma = output_vma(&j, &ins, &mesh).first().copied().unwrap_or(0);
+    let names = mesh.axis_names();
+    let varying: Vec<String> = (0..names.len()).filter(|k| vma & (1 << k) != 0).map(|k| names[k].clone()).collect();
+    Some((mesh, varying, check))
+}
+
+/// The mesh axes `t`, a value of a `shard_map` body traced with `check_vma`, varies over
+/// (what `typeof_` shows as `{V:X}`); `None` outside such a body (or with `check_vma`
+/// off, where JAX tracks no varying axes).
+pub(crate) fn body_vma(t: &crate::trace::Tracer) -> Option<Vec<String>> {
+    body_varying(t).filter(|(_, _, check)| *check).map(|(_, v, _)| v)
 }
 
 /// `debug::visualize_array_sharding` of `t`, a value of a `shard_map` body being traced (not
@@ -393,15 +416,7 @@ fn enter_body(mesh: &Mesh, specs: &[PartitionSpec]) -> BodyGuard {
 /// invariant along their axes, other collectives make it vary). `None`: `t` is not such a
 /// value.
 pub(crate) fn body_view(t: &crate::trace::Tracer) -> Option<Result<crate::display::sharding_view::ShardingView>> {
-    let (id, j) = crate::trace::partial_jaxpr(t)?;
-    let (mesh, specs) = BODIES.with(|b| b.borrow().iter().rev().find(|(i, ..)| *i == id).map(|(_, m, s)| (m.clone(), s.clone())))?;
-    if specs.len() != j.invars.len() {
-        return None;
-    }
-    let ins: Vec<Vma> = specs.iter().map(|s| spec_mask(&mesh, s)).collect();
-    let vma = output_vma(&j, &ins, &mesh).first().copied().unwrap_or(0);
-    let names = mesh.axis_names();
-    let varying: Vec<String> = (0..names.len()).filter(|k| vma & (1 << k) != 0).map(|k| names[k].clone()).collect();
+    let (mesh, varying, _) = body_varying(t)?;
     Some(Ok(crate::sharding::visualize_body_block(&t.var.aval, &mesh, &varying)))
 }
 
