@@ -31,8 +31,19 @@ fn derivatives_through_cond_scan_and_while() {
     let g = jit(grad(loss)).call(Array::scalar(0.8f64)).unwrap().item::<f64>().unwrap();
     let want = fd(&|w| l2(Array::scalar(w)).unwrap().item::<f64>().unwrap(), 0.8);
     assert!((g - want).abs() < 1e-6, "scan grad: {g} vs {want}");
-    // fori_loop (a scan) differentiates too: d/dx of x*1.1^10.
-    let g = grad(|x: Array| lax::fori_loop(0, 10, |(_, x): (Array, Array)| x * 1.1, x))(Array::scalar(2.0f64)).unwrap();
+    // fori_loop (a scan) differentiates too: d/dx of x*1.1^10; its index has the x64
+    // default int type, weak (JAX 0.10.2: `~int64[]`).
+    let index = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let i2 = index.clone();
+    let g = grad(move |x: Array| {
+        let i3 = i2.clone();
+        lax::fori_loop(0, 10, move |(i, x): (Array, Array)| {
+            *i3.lock().unwrap() = typeof_(&i).to_string();
+            x * 1.1
+        }, x)
+    })(Array::scalar(2.0f64))
+    .unwrap();
+    assert_eq!(*index.lock().unwrap(), "~int64[]");
     assert!((g.item::<f64>().unwrap() - 1.1f64.powi(10)).abs() < 1e-9);
     // while: forward mode works, reverse mode is an error as in JAX.
     let w = |x: Array| lax::while_loop(|(i, _): (Array, Array)| i.lt(3), |(i, x): (Array, Array)| (i + 1, x.sin()), (Array::scalar(0i32), x));

@@ -131,6 +131,9 @@ pub struct Executable {
     timed: std::sync::atomic::AtomicBool,
     /// Wall time of the latest timed execution in ns (0: none yet).
     last_run_ns: AtomicU64,
+    /// Wall time of the fastest timed execution in ns (`u64::MAX`: none yet): its cost
+    /// without the preemptions a loaded machine adds to some runs.
+    best_run_ns: AtomicU64,
     /// `jit(<name>)` from the module's name: the allocation site of its outputs and the
     /// name of its executions in profiles.
     name: String,
@@ -402,6 +405,7 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         runs: AtomicU64::new(0),
         timed: std::sync::atomic::AtomicBool::new(false),
         last_run_ns: AtomicU64::new(0),
+        best_run_ns: AtomicU64::new(u64::MAX),
         site: crate::runtime::memory::site_id(&display_name(&module.text)),
         name: display_name(&module.text),
         object,
@@ -457,6 +461,7 @@ pub(crate) fn load_executable(module: &LoweredModule, aliases: Vec<Option<usize>
         runs: AtomicU64::new(0),
         timed: std::sync::atomic::AtomicBool::new(false),
         last_run_ns: AtomicU64::new(0),
+        best_run_ns: AtomicU64::new(u64::MAX),
         site: crate::runtime::memory::site_id(&display_name(&module.text)),
         name: display_name(&module.text),
         object: None,
@@ -574,12 +579,23 @@ impl Executable {
         }
     }
 
+    /// Wall time of the fastest execution since `time_runs` (what the code costs when
+    /// its thread is not preempted); `None` before one.
+    pub(crate) fn best_run(&self) -> Option<Duration> {
+        match self.best_run_ns.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
     /// `execute_args` returning the outputs inline (no allocation for up to 4).
     pub(crate) fn execute_args_small(&self, args: &mut [ArgBuf<'_>]) -> Result<SmallVec<[Buffer; 4]>, Error> {
         if self.timed.load(Ordering::Relaxed) {
             let t0 = Instant::now();
             let r = self.execute_untimed(args);
-            self.last_run_ns.store((t0.elapsed().as_nanos() as u64).max(1), Ordering::Relaxed);
+            let ns = (t0.elapsed().as_nanos() as u64).max(1);
+            self.last_run_ns.store(ns, Ordering::Relaxed);
+            self.best_run_ns.fetch_min(ns, Ordering::Relaxed);
             return r;
         }
         self.execute_untimed(args)

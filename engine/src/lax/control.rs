@@ -395,14 +395,18 @@ fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
 #[track_caller]
 pub fn fori_loop<C: Pytree, O: TraceOutput<Out = C>>(lower: i32, upper: i32, body: impl Fn((Array, C)) -> O, init: C) -> Result<C> {
     let n = (upper - lower).max(0) as usize;
-    // Weak, as JAX's index from Python int bounds: `~int32[]` in the body.
-    let start = Array::from_buffer(
-        crate::runtime::Buffer::from_slice(&ShapedArray::new(&[], DType::I32), &[lower]).expect("scalar"),
-        true,
-    );
+    // Weak and of the default int type, as JAX's index from Python int bounds: `~int32[]`
+    // in the body (`~int64[]` with `jax_enable_x64`).
+    let (start, one, first) = if crate::config::enable_x64() {
+        let b = crate::runtime::Buffer::from_slice(&ShapedArray::new(&[], DType::I64), &[lower as i64]).expect("scalar");
+        (Array::from_buffer(b, true), crate::ir::Scalar::I64(1), crate::ir::Scalar::I64(lower as i64))
+    } else {
+        let b = crate::runtime::Buffer::from_slice(&ShapedArray::new(&[], DType::I32), &[lower]).expect("scalar");
+        (Array::from_buffer(b, true), crate::ir::Scalar::I32(1), crate::ir::Scalar::I32(lower))
+    };
     let ((_, c), ()) = scan_impl(
         |((i, c), ()): ((Array, C), ())| -> Result<((Array, C), ())> {
-            let next = super::binary(Primitive::Add, Operand::Array(i.clone()), super::literal(crate::ir::Scalar::I32(1)))?;
+            let next = super::binary(Primitive::Add, Operand::Array(i.clone()), super::literal(one))?;
             let c2 = body((i, c)).into_result()?;
             Ok(((next, c2), ()))
         },
@@ -411,7 +415,7 @@ pub fn fori_loop<C: Pytree, O: TraceOutput<Out = C>>(lower: i32, upper: i32, bod
         Some(n),
         false,
         1,
-        Some(crate::ir::Scalar::I32(lower)),
+        Some(first),
     )?;
     Ok(c)
 }
