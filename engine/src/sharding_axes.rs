@@ -290,7 +290,22 @@ pub fn explicit_axes<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(f: F, a
         };
         let out = flatten_value(&r);
         let outs = values(&out)?;
-        let back = outs.iter().map(|y| if y.is_tracer() { Ok(y.clone()) } else { onto(y, &mesh, &PartitionSpec::default()) }).collect::<Result<Vec<Array>>>()?;
+        let back = outs
+            .iter()
+            .map(|y| {
+                if !y.is_tracer() {
+                    return onto(y, &mesh, &PartitionSpec::default());
+                }
+                // Back on the enclosing mesh with the layout it has: a result that an inner
+                // constraint laid out on the switched mesh (an `auto_axes` inside) would
+                // otherwise leave a `jit` with that mesh's axis types (`float32[8,4@Y]`
+                // where JAX's is `float32[8,4]` on an `Auto` mesh).
+                match crate::sharding::typeof_(y).sharding.filter(|s| s.mesh.same_grid(&mesh) && s.spec.0.iter().any(|e| !e.0.is_empty())) {
+                    Some(s) => crate::sharding_rules::constrain(y, NamedSharding::new(&mesh, s.spec)?),
+                    None => Ok(y.clone()),
+                }
+            })
+            .collect::<Result<Vec<Array>>>()?;
         unflatten_like::<O::Out>(&out.treedef, back, out.statics)
     };
     AxesMapped::new("explicit_axes", run)

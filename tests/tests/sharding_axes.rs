@@ -474,6 +474,20 @@ fn explicit_axes_nested_in_auto_axes_types_its_argument() {
     assert_eq!(lines.take(), inside);
     assert_eq!(typeof_(&e).to_string(), "float32[8@X,4@Y]");
     assert_eq!(e.to_vec::<f32>().unwrap(), values);
+    // The other way round on an `Auto` mesh: `auto_axes` inside `explicit_axes`, whose
+    // result leaves `jit` plain (JAX 0.10.2: `float32[8,4]`, found by a fresh user), eager
+    // too.
+    let auto = make_mesh(&[2, 4], &["X", "Y"], Some(&[AxisType::Auto; 2])).unwrap();
+    let _a = set_mesh(&auto);
+    let em = explicit_axes(|a: Array| auto_axes(|t: Array| t * 2.0, None, [P!(None, "Y")]).call(a), None, [P!("X", "Y")]);
+    let em2 = em.clone();
+    let y = jit(move |a: Array| em2.call(a)).call(&host).unwrap();
+    assert_eq!(typeof_(&y).to_string(), "float32[8,4]");
+    let doubled: Vec<f32> = (0..32).map(|i| 2.0 * i as f32).collect();
+    assert_eq!(y.to_vec::<f32>().unwrap(), doubled);
+    let e = em.call(&host).unwrap();
+    assert_eq!(typeof_(&e).to_string(), "float32[8,4]");
+    assert_eq!(e.to_vec::<f32>().unwrap(), doubled);
 }
 
 /// `grad` through `auto_axes` on an `Explicit` mesh gives the cotangent the primal's
