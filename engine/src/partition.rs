@@ -678,7 +678,8 @@ fn plan(j: &ClosedJaxpr, mesh: &Mesh, args: &[Dims], declared: &[Dims], want: &[
         outs.push((v.id, g.aval.clone(), ns));
     }
     let program = dce(Jaxpr { constvars: vec![], invars: invars.clone(), eqns: std::mem::take(&mut b.eqns), outvars });
-    let collectives = program.eqns.iter().filter(|e| matches!(&e.primitive, Primitive::Collective(c) if !matches!(c, Collective::AxisIndex { .. }))).count();
+    let collectives =
+        program.eqns.iter().filter(|e| matches!(&e.primitive, Primitive::Collective(c) if !matches!(c, Collective::AxisIndex { .. } | Collective::Pvary { .. }))).count();
     let (steps, segment_ir, segment_lowered) = segments(&program, name, opts)?;
     Ok(Some(Plan {
         in_ids: invars.iter().map(|v| v.id).collect(),
@@ -732,7 +733,9 @@ fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Ve
     let mut lowered = vec![];
     let mut i = 0;
     while i < n {
-        if let Primitive::Collective(c) = &p.eqns[i].primitive {
+        if let Primitive::Collective(c) = &p.eqns[i].primitive
+            && !matches!(c, Collective::Pvary { .. })
+        {
             let x = p.eqns[i].inputs.first().and_then(|a| match a {
                 Atom::Var(v) => Some(v.id),
                 Atom::Lit(_) => None,
@@ -742,7 +745,8 @@ fn segments(p: &Jaxpr, name: &str, opts: &StageOptions) -> Result<(Vec<Step>, Ve
             continue;
         }
         let start = i;
-        while i < n && !matches!(p.eqns[i].primitive, Primitive::Collective(_)) {
+        // `pvary` (a type change) stays in the segment: it lowers to its operand.
+        while i < n && !matches!(&p.eqns[i].primitive, Primitive::Collective(c) if !matches!(c, Collective::Pvary { .. })) {
             i += 1;
         }
         let eqns = &p.eqns[start..i];

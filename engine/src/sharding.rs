@@ -32,7 +32,7 @@ use crate::trace::array::Repr;
 use crate::trace::Array;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 // ---------------------------------------------------------------- devices and config
 
@@ -347,21 +347,29 @@ impl fmt::Display for Mesh {
     }
 }
 
-fn mesh_stack() -> &'static Mutex<Vec<Mesh>> {
-    static S: OnceLock<Mutex<Vec<Mesh>>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(Vec::new()))
+thread_local! {
+    /// This thread's `set_mesh` stack: each entry is a guard's id and its mesh.
+    static MESH_STACK: std::cell::RefCell<Vec<(u64, Mesh)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
+
+/// Ids of `set_mesh` entries (unique in the process).
+static NEXT_MESH_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Restores the previously set mesh when dropped (`with jax.set_mesh(mesh): …`). Call
 /// `keep()` to leave the mesh set for good (JAX's statement form `jax.set_mesh(mesh)`).
+/// Dropping a guard removes its mesh and every mesh set after it on this thread (as leaving
+/// a `with` block restores the mesh from before it), also when guards drop out of order;
+/// a guard whose mesh is already gone does nothing. Not `Send`: it belongs to the thread
+/// whose mesh it set.
 #[must_use = "the mesh is unset when the guard drops; call .keep() to keep it set"]
 pub struct MeshGuard {
-    depth: usize,
+    id: u64,
     keep: bool,
+    _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl MeshGuard {
-    /// Leaves the mesh set after the guard goes away.
+    /// Leaves the mesh set (on this thread) after the guard goes away.
     pub fn keep(mut self) {
         self.keep = true;
     }
@@ -370,24 +378,33 @@ impl MeshGuard {
 impl Drop for MeshGuard {
     fn drop(&mut self) {
         if !self.keep {
-            let mut s = mesh_stack().lock().unwrap_or_else(|e| e.into_inner());
-            s.truncate(self.depth);
+            let id = self.id;
+            let _ = MESH_STACK.try_with(|s| {
+                let mut s = s.borrow_mut();
+                if let Some(k) = s.iter().position(|(i, _)| *i == id) {
+                    s.truncate(k);
+                }
+            });
         }
     }
 }
 
-/// Sets the current mesh (process-wide, like `jax.set_mesh`), used by `device_put` with
-/// a `PartitionSpec`. The returned guard restores the previous mesh when dropped.
+/// Sets the current mesh of this thread (as `jax.set_mesh`, whose setting JAX 0.10.2 keeps
+/// per thread: a thread spawned under it sees no mesh, and a mesh set in a spawned thread
+/// is not seen by others). Used by `device_put` with a `PartitionSpec`, `get_abstract_mesh`,
+/// `shard_map`/`auto_axes` without a mesh, jit's `PartitionSpec` shardings and `%mesh`.
+/// The returned guard restores the previous mesh when dropped; `.keep()` keeps it set.
+/// The cells of a REPL or notebook session all run on one thread, so a kept mesh stays set
+/// for later cells.
 pub fn set_mesh(mesh: &Mesh) -> MeshGuard {
-    let mut s = mesh_stack().lock().unwrap_or_else(|e| e.into_inner());
-    let depth = s.len();
-    s.push(mesh.clone());
-    MeshGuard { depth, keep: false }
+    let id = NEXT_MESH_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    MESH_STACK.with(|s| s.borrow_mut().push((id, mesh.clone())));
+    MeshGuard { id, keep: false, _thread: std::marker::PhantomData }
 }
 
-/// The current mesh (`jax.get_mesh()`), if one is set.
+/// This thread's current mesh (`jax.get_mesh()`), if one is set.
 pub fn get_mesh() -> Option<Mesh> {
-    mesh_stack().lock().unwrap_or_else(|e| e.into_inner()).last().cloned()
+    MESH_STACK.try_with(|s| s.borrow().last().map(|(_, m)| m.clone())).ok().flatten()
 }
 
 // ---------------------------------------------------------------- partition specs

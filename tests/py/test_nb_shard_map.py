@@ -83,6 +83,21 @@ def test_check_vma_error(nb):
     assert "out_specs is P() which implies that the corresponding output value is replicated across mesh axis 'i', but could not infer replication over any axes" in text, text
 
 
+def test_loop_carry_needs_pcast(nb):
+    # JAX 0.10.2's TypeError for a carry that starts invariant and comes back varying.
+    cells = [c for c in nb.cells if c.cell_type == "code" and "let add3 = shard_map" in c.source]
+    assert len(cells) == 2, [c.source for c in cells]
+    text = outputs_text(cells[0])
+    assert "TypeError: scan body function carry input and carry output must have equal types" in text, text
+    assert ("The input carry component loop_carry[1] has type float32[2] but the corresponding output carry "
+            "component has type float32[2]{V:i}, so the manual axis types do not match.") in text, text
+    assert "jax.lax.pcast(..., ('i',), to='varying')" in text, text
+    text = outputs_text(cells[1])
+    assert "init: float32[2]{V:i}" in text, text
+    # Device k adds its block [2k, 2k+1] three times.
+    assert "Array([ 0.,  3.,  6.,  9., 12., 15., 18., 21.], dtype=float32)" in text, text
+
+
 def test_jaxpr_and_jit(nb):
     text = outputs_text(cell_with(nb, "let sm = shard_map"))
     assert "shard_map[" in text and "psum[axes=('i',) axis_index_groups=None]" in text, text

@@ -292,6 +292,61 @@ fn set_mesh_is_scoped_and_specs_use_it() {
     assert_eq!(get_mesh(), None);
 }
 
+/// JAX 0.10.2 keeps `set_mesh` per thread, in both its forms: under `with set_mesh(m)`
+/// and after the statement `set_mesh(m)` a spawned thread's `get_abstract_mesh()` is
+/// `()`, and a mesh the thread sets is not seen by the main thread.
+#[test]
+fn set_mesh_is_per_thread() {
+    eight_cpu_devices();
+    let xy = make_mesh(&[4, 2], &["X", "Y"], None).unwrap();
+    let z = make_mesh(&[8], &["Z"], None).unwrap();
+    let names = || get_abstract_mesh().axis_names();
+    let in_thread = |f: fn() -> Vec<String>| std::thread::spawn(f).join().unwrap();
+    {
+        let _g = set_mesh(&xy);
+        assert_eq!(names(), ["X", "Y"]);
+        assert!(in_thread(|| get_abstract_mesh().axis_names()).is_empty());
+        // Without a mesh, a spec in a spawned thread is the error for no mesh.
+        let e = std::thread::spawn(|| device_put(&jnp::arange(8.0), P!("X")).map(|_| ())).join().unwrap().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Value, "{e}");
+    }
+    assert!(names().is_empty());
+    // A thread's own mesh, kept, is its alone.
+    let seen = in_thread(|| {
+        set_mesh(&make_mesh(&[8], &["Z"], None).unwrap()).keep();
+        let x = device_put(&jnp::arange(8.0), P!("Z")).unwrap();
+        assert_eq!(typeof_(&x).to_string(), "float32[8@Z]");
+        get_abstract_mesh().axis_names()
+    });
+    assert_eq!(seen, ["Z"]);
+    assert!(names().is_empty());
+    // Two threads each under their own mesh at once.
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            let _g = set_mesh(&xy);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            typeof_(&device_put(&jnp::arange(8.0), P!("X")).unwrap()).to_string()
+        });
+        let b = s.spawn(|| {
+            let _g = set_mesh(&z);
+            typeof_(&device_put(&jnp::arange(8.0), P!("Z")).unwrap()).to_string()
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!((a.as_str(), b.as_str()), ("float32[8@X]", "float32[8@Z]"));
+    // Guards dropped out of order: dropping the outer one restores the mesh from before
+    // it (the inner one's mesh goes too); the inner one's drop then does nothing.
+    let base = set_mesh(&z);
+    let outer = set_mesh(&xy);
+    let inner = set_mesh(&z);
+    drop(outer);
+    assert_eq!(names(), ["Z"]);
+    drop(inner);
+    assert_eq!(names(), ["Z"]);
+    drop(base);
+    assert!(names().is_empty());
+}
+
 #[test]
 fn devices_have_their_own_concurrent_workers() {
     eight_cpu_devices();

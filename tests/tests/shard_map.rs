@@ -271,8 +271,8 @@ fn jaxpr_of_shard_map() {
             b:f32[3] = shard_map[
               check_vma=True
               in_specs=(P('i',),)
-              jaxpr={ lambda ; c:f32[3]. let
-                  d:f32[3] = mul c 2.0:f32[]
+              jaxpr={ lambda ; c:f32[3]{V:i}. let
+                  d:f32[3]{V:i} = mul c 2.0:f32[]
                   e:f32[3] = psum[axes=('i',) axis_index_groups=None] d
                 in (e,) }
               mesh=AbstractMesh('i': 2, axis_types=(Auto,), device_kind=cpu, num_cores=None, platform=cpu)
@@ -283,7 +283,7 @@ fn jaxpr_of_shard_map() {
     .assert_eq(&j.to_string());
     let g = shard_map(|x: Array| lax::all_gather(&x, "i", 0, true), Some(&m), P!("i"), P!("i"));
     let j = make_jaxpr(move |x: Array| g.call(x), jnp::zeros(&[6], DType::F32)).unwrap();
-    let want = "d:f32[6] = all_gather[\n            all_gather_dimension=0\n            axis_index_groups=None\n            axis_name=('i',)\n            axis_size=2\n            tiled=True\n          ] c";
+    let want = "d:f32[6]{V:i} = all_gather[\n            all_gather_dimension=0\n            axis_index_groups=None\n            axis_name=('i',)\n            axis_size=2\n            tiled=True\n          ] c";
     assert!(j.to_string().contains(want), "{j}");
 }
 
@@ -466,4 +466,116 @@ fn typeof_in_a_body_shows_the_varying_axes() {
     let f = shard_map_with(body(seen.clone(), "X"), Some(&auto), P!("X"), P!("X"), false);
     f.call(&x).unwrap();
     assert_eq!(*seen.lock().unwrap(), ["float32[4,2]", "float32[4,2]", "float32[]"]);
+}
+
+/// JAX 0.10.2's varying-axes rules for loops and `cond` in a body (the shard-map page's
+/// "scan-vma" section; texts and values from JAX run with 8 CPU devices): a carry that
+/// starts invariant and comes back varying is a TypeError naming `pcast`; `pcast(init, 'i',
+/// to='varying')` fixes it; a varying carry the body makes invariant, a `while_loop`'s
+/// carry and `cond` branches that differ are TypeErrors too; a scan over varying xs with
+/// an invariant carry keeps the carry invariant (`float32[]`, ys `float32[2]{V:i}`).
+#[test]
+fn loop_carries_and_cond_branches_keep_their_varying_axes() {
+    eight_cpu_devices();
+    let mesh = mesh4();
+    let x = jnp::arange(8.0);
+    let err = |f: ShardMapped<Array, Array>| f.call(&x).unwrap_err().to_string();
+    let sm = |f: fn(Array) -> Result<Array>| shard_map(f, Some(&mesh), P!("i"), P!("i"));
+    let e = err(sm(|b| lax::fori_loop(0, 3, |(_, c): (Array, Array)| c + &b, jnp::zeros(&[2], DType::F32))));
+    assert_eq!(
+        e.lines().next().unwrap(),
+        "TypeError: scan body function carry input and carry output must have equal types, but they differ:"
+    );
+    assert!(e.contains("\n\nThe input carry component loop_carry[1] has type float32[2] but the corresponding output carry component has type float32[2]{V:i}, so the manual axis types do not match.\n\nThis might be fixed by applying `jax.lax.pcast(..., ('i',), to='varying')`, to the initial carry value corresponding to the input carry component loop_carry[1].\nSee https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for more information.\n\nRevise the function so that all output types match the corresponding input types."), "{e}");
+    // The fix: the initial carry typed as varying; eager and under jit.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s2 = seen.clone();
+    let fixed = shard_map(
+        move |b: Array| -> Result<Array> {
+            let c = lax::pcast(&jnp::zeros(&[2], DType::F32), "i", "varying")?;
+            s2.lock().unwrap().push(typeof_(&c).to_string());
+            lax::fori_loop(0, 3, |(_, c): (Array, Array)| c + &b, c)
+        },
+        Some(&mesh),
+        P!("i"),
+        P!("i"),
+    );
+    let want = [0.0f32, 3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0];
+    assert_eq!(fixed.call(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    assert_eq!(*seen.lock().unwrap(), ["float32[2]{V:i}"]);
+    let f2 = fixed.clone();
+    assert_eq!(jit(move |x: Array| f2.call(x)).call(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    let f3 = fixed.clone();
+    let j = make_jaxpr(move |x: Array| f3.call(x), &x).unwrap().to_string();
+    assert!(j.contains("= pvary[axes=('i',)] "), "{j}");
+    // A varying carry made invariant: no pcast hint.
+    let e = err(sm(|b| lax::fori_loop(0, 3, |(_, _c): (Array, Array)| jnp::zeros(&[2], DType::F32), b)));
+    assert!(e.contains("The input carry component loop_carry[1] has type float32[2]{V:i} but the corresponding output carry component has type float32[2], so the manual axis types do not match.\n\nRevise the function"), "{e}");
+    // while_loop.
+    let e = err(sm(|b| {
+        let c = lax::while_loop(|c: Array| c.lt(10.0), |c: Array| c + b.sum(), Array::scalar(0.0f32))?;
+        lax::broadcast_to(&c.reshape(&[1]), &[2])
+    }));
+    assert!(e.starts_with("TypeError: while_loop body function carry input and carry output must have equal types, but they differ:\n\nThe input carry has type float32[] but the corresponding output carry component has type float32[]{V:i}, so the manual axis types do not match.\n\nThis might be fixed by applying `jax.lax.pcast(..., ('i',), to='varying')`"), "{e}");
+    // cond branches.
+    let e = err(sm(|b| {
+        let p = b.index(s![0]).gt(100.0);
+        let b2 = b.clone();
+        lax::cond(&p, move |_: ()| b2.clone(), |_: ()| jnp::zeros(&[2], DType::F32), ())
+    }));
+    assert!(e.starts_with("TypeError: cond branches must have equal output types but they differ.\n\nThe output of true_fun has type float32[2]{V:i} but the corresponding output of false_fun has type float32[2], so the manual axis types do not match.\n\nThis might be fixed by applying `jax.lax.pcast(..., ('i',), to='varying')` to the output of false_fun."), "{e}");
+    // A scan over varying xs: the carry stays invariant, the ys vary.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s2 = seen.clone();
+    let scanned = shard_map(
+        move |b: Array| -> Result<Array> {
+            let (c, ys) = lax::scan(|(c, xi): (Array, Array)| (c.clone() + 1.0, xi * c), Array::scalar(0.0f32), b, None, false, 1)?;
+            s2.lock().unwrap().extend([typeof_(&c).to_string(), typeof_(&ys).to_string()]);
+            Ok(ys)
+        },
+        Some(&mesh),
+        P!("i"),
+        P!("i"),
+    );
+    assert_eq!(scanned.call(&x).unwrap().to_vec::<f32>().unwrap(), [0.0, 1.0, 0.0, 3.0, 0.0, 5.0, 0.0, 7.0]);
+    assert_eq!(*seen.lock().unwrap(), ["float32[]", "float32[2]{V:i}"]);
+    // With check_vma off nothing is checked and pcast changes nothing.
+    let off = shard_map_with(|b: Array| lax::fori_loop(0, 3, |(_, c): (Array, Array)| c + &b, jnp::zeros(&[2], DType::F32)), Some(&mesh), P!("i"), P!("i"), false);
+    assert_eq!(off.call(&x).unwrap().to_vec::<f32>().unwrap(), want);
+}
+
+/// `pcast`'s errors (JAX 0.10.2's texts) and its transpose: the cotangent of a value
+/// pcast to varying is summed over the axes (JAX's `psum`), checked against the
+/// derivative by hand (d/dw of sum(x * w) is sum(x)).
+#[test]
+fn pcast_errors_and_gradient() {
+    eight_cpu_devices();
+    let mesh = make_mesh(&[2, 2], &["i", "j"], Some(&[AxisType::Auto; 2])).unwrap();
+    let x = jnp::arange(8.0).reshape(&[2, 4]);
+    let run = |f: fn(Array) -> Result<Array>| shard_map(f, Some(&mesh), P!("i"), P!("i")).call(&x).map(|_| ()).unwrap_err().to_string();
+    assert_eq!(run(|b| lax::pcast(&b, "i", "varying")), "ValueError: Unsupported pcast from=varying, to='varying'");
+    assert_eq!(
+        run(|b| lax::pcast(&b, ("i", "j"), "varying")),
+        "ValueError: jax.lax.pcast can only accept axis_name which corresponds to one of varying, unreduced, reduced or invarying state of the input. Got input type: float32[1,4]{V:i}, axes: ('i', 'j') and input state: {'invarying', 'varying'}"
+    );
+    assert_eq!(run(|b| lax::pcast(&b, "j", "sideways")), "ValueError: Got unexpected `to` value. Allowed `to` values are: {'unreduced', 'reduced', 'varying'}");
+    assert_eq!(lax::pcast(&x, "i", "varying").unwrap_err().to_string(), "ValueError: pvary should be called under jax.shard_map.");
+    // pcast over j of a value varying over i is fine; psum over j brings it back.
+    let ok = shard_map(|b: Array| -> Result<Array> { let v = lax::pcast(&jnp::ones(&[4], DType::F32), "j", "varying")?; Ok(b + lax::psum(&v, "j")?) }, Some(&mesh), P!("i"), P!("i"));
+    let want: Vec<f32> = (0..8).map(|k| k as f32 + 2.0).collect();
+    assert_eq!(ok.call(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    // Gradient through pcast: w (invariant, P()) made varying over i and j, then used per
+    // device; the cotangent of w sums every device's block.
+    let m2 = mesh.clone();
+    let loss = move |w: Array| -> Result<Array> {
+        let f = shard_map(
+            |(b, w): (Array, Array)| -> Result<Array> { Ok(b * lax::pcast(&w, ("i", "j"), "varying")?) },
+            Some(&m2),
+            [P!("i", "j"), P!()],
+            P!("i", "j"),
+        );
+        Ok(f.call((jnp::arange(8.0).reshape(&[2, 4]), w))?.sum())
+    };
+    let g = grad(loss)(Array::scalar(1.5f32)).unwrap();
+    assert_eq!(g.item::<f32>().unwrap(), 28.0);
 }

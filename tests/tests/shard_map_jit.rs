@@ -154,8 +154,8 @@ fn magics_show_shard_map_calls() {
             b:f32[3] = shard_map[
               check_vma=True
               in_specs=(P('i',),)
-              jaxpr={ lambda ; c:f32[3]. let
-                  d:f32[3] = mul c 2.0:f32[]
+              jaxpr={ lambda ; c:f32[3]{V:i}. let
+                  d:f32[3]{V:i} = mul c 2.0:f32[]
                   e:f32[3] = psum[axes=('i',) axis_index_groups=None] d
                 in (e,) }
               mesh=AbstractMesh('i': 2, axis_types=(Auto,), device_kind=cpu, num_cores=None, platform=cpu)

@@ -33,6 +33,10 @@ pub enum Collective {
     AllToAll { axes: Vec<String>, axis_size: usize, split_axis: usize, concat_axis: usize, tiled: bool },
     /// The position of this device in the group of `axes` (int32, `axis_index`).
     AxisIndex { axes: Vec<String> },
+    /// Marks an invariant value as varying over `axes` (`pcast(x, axes, to='varying')`,
+    /// printed `pvary`): the value is unchanged, only its varying manual axes grow. No
+    /// data moves between devices.
+    Pvary { axes: Vec<String> },
 }
 
 impl Collective {
@@ -47,6 +51,7 @@ impl Collective {
             Collective::Ppermute { .. } => "ppermute",
             Collective::AllToAll { .. } => "all_to_all",
             Collective::AxisIndex { .. } => "axis_index",
+            Collective::Pvary { .. } => "pvary",
         }
     }
 
@@ -60,7 +65,8 @@ impl Collective {
             | Collective::ReduceScatter { axes, .. }
             | Collective::Ppermute { axes, .. }
             | Collective::AllToAll { axes, .. }
-            | Collective::AxisIndex { axes } => axes,
+            | Collective::AxisIndex { axes }
+            | Collective::Pvary { axes } => axes,
         }
     }
 
@@ -103,6 +109,7 @@ impl Collective {
                 let n = if axes.len() == 1 { axes[0].clone() } else { names };
                 vec![kv("axis_name", n)]
             }
+            Collective::Pvary { .. } => vec![kv("axes", names)],
         }
     }
 }

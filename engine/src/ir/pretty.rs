@@ -419,8 +419,32 @@ pub fn print_jaxpr(j: &Jaxpr) -> String {
     print_typed(j, HashMap::new())
 }
 
-/// Prints `j` with the given variables' types (`sharding_types::var_types`).
-fn print_typed(j: &Jaxpr, types: HashMap<(usize, u32), String>) -> String {
+/// Adds to `types` the varying mesh axes of the values of every `shard_map` body in `j`
+/// traced with `check_vma`, after their type (`f32[3]{V:i}`, `f32[2,2]{V:(i,j)}`), as JAX
+/// prints them.
+fn add_body_vmas(j: &Jaxpr, types: &mut HashMap<(usize, u32), String>) {
+    for e in &j.eqns {
+        if let Primitive::ShardMap(sm) = &e.primitive {
+            let at = &sm.jaxpr as *const Jaxpr as usize;
+            for (v, axes) in crate::transform::shard_map::body_var_vmas(sm) {
+                let suffix = match axes.as_slice() {
+                    [a] => format!("{{V:{a}}}"),
+                    many => format!("{{V:({})}}", many.join(",")),
+                };
+                let t = types.entry((at, v.id)).or_insert_with(|| v.aval.short());
+                t.push_str(&suffix);
+            }
+        }
+        for sub in e.primitive.sub_jaxprs() {
+            add_body_vmas(sub, types);
+        }
+    }
+}
+
+/// Prints `j` with the given variables' types (`sharding_types::var_types`), and the
+/// varying axes of `shard_map` bodies' values.
+fn print_typed(j: &Jaxpr, mut types: HashMap<(usize, u32), String>) -> String {
+    add_body_vmas(j, &mut types);
     let mut p = Printer {
         namer: Namer { names: HashMap::new(), next: 0, used: None },
         out: String::new(),

@@ -235,7 +235,9 @@ fn switch_impl<A: Pytree, O: TraceOutput>(index: &Array, branches: &[&dyn Fn(A) 
     let mut operands_v = vec![Operand::Array(idx)];
     operands_v.extend(ops(&consts));
     operands_v.extend(ops(&leaves(&arg)?));
-    let outs = bind_n(Primitive::Cond { branches: jaxprs }, operands_v)?;
+    let p = Primitive::Cond { branches: jaxprs };
+    crate::transform::shard_map::check_control_vma(&p, &operands_v, crate::transform::shard_map::ControlKind::Cond).map_err(|e| e.here())?;
+    let outs = bind_n(p, operands_v)?;
     unflatten_like::<O::Out>(&out_flat.treedef, outs, out_flat.statics)
 }
 
@@ -270,6 +272,7 @@ pub fn while_loop<C: Pytree, P: TraceOutput<Out = Array>, O: TraceOutput<Out = C
         cond_jaxpr: Box::new(close(&cj.jaxpr)),
         body_jaxpr: Box::new(close(&bj.jaxpr)),
     };
+    crate::transform::shard_map::check_control_vma(&p, &operands, crate::transform::shard_map::ControlKind::WhileLoop).map_err(|e| e.here())?;
     let outs = bind_n(p, operands)?;
     // Keep the init's weak types (body outputs are typed like the carry).
     let outs = outs
@@ -384,6 +387,8 @@ fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
         num_consts: j.consts.len(),
         num_carry: carry_leaves.len(),
     };
+    let kind = crate::transform::shard_map::ControlKind::Scan { fori: first_carry.is_some() };
+    crate::transform::shard_map::check_control_vma(&p, &operands, kind).map_err(|e| e.here())?;
     let outs = bind_n(p, operands)?;
     let all_statics = out.statics.clone();
     let (c, y): (C, Y) = unflatten_like::<(C, Y)>(&out.treedef, outs, all_statics)?;

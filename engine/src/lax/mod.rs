@@ -12,7 +12,7 @@ pub mod shape_ops;
 
 pub use array_ops::*;
 pub use promotion::promote_types;
-pub use parallel::{all_gather, all_to_all, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum, psum_scatter};
+pub use parallel::{all_gather, all_to_all, axis_index, axis_size, pcast, pmax, pmean, pmin, ppermute, psum, psum_scatter};
 pub use control::{cond, fori_loop, fori_loop_dynamic, map, scan, switch, while_loop};
 
 use crate::error::{Error, Result};

@@ -192,6 +192,56 @@ pub fn axis_index(axis_name: impl Into<AxisNames>) -> Result<Array> {
     bind1(Primitive::Collective(Collective::AxisIndex { axes }), vec![])
 }
 
+/// `jax.lax.pcast(x, axis_name, to='varying')`: `x` (invariant over the named mesh axes)
+/// typed as varying over them, the same value on every device. Needed where a value's
+/// varying manual axes must match another's, e.g. a loop carry initialised with a
+/// constant that the body combines with a per-device block (see JAX's shard_map page,
+/// "scan-vma"). Recorded as `pvary[axes=(...)]` in the jaxpr; its transpose is `psum`.
+/// No axes (`[] as [&str; 0]`) or a body traced with `check_vma` off: `x` unchanged.
+/// Errors (JAX 0.10.2's texts): `to` other than `"varying"`, `"unreduced"`, `"reduced"`;
+/// `"unreduced"`/`"reduced"` (not supported here); outside a `shard_map` body; `x`
+/// already varying over all of the axes (`Unsupported pcast from=varying, to='varying'`)
+/// or over some of them.
+#[track_caller]
+pub fn pcast(x: &Array, axis_name: impl Into<AxisNames>, to: &str) -> Result<Array> {
+    let axes = axis_name.into().0;
+    match to {
+        "varying" => {}
+        "unreduced" | "reduced" => {
+            return Err(Error::new(
+                crate::error::ErrorKind::NotImplemented,
+                format!("pcast to='{to}': unreduced and reduced manual types are not supported here; only to='varying'"),
+            ))
+        }
+        _ => return Err(Error::value_error("Got unexpected `to` value. Allowed `to` values are: {'unreduced', 'reduced', 'varying'}")),
+    }
+    if axes.is_empty() {
+        return Ok(x.clone());
+    }
+    if AXIS_ENV.with(|e| e.borrow().is_empty()) {
+        return Err(Error::value_error("pvary should be called under jax.shard_map."));
+    }
+    group_size(&axes)?;
+    if let Some((check_vma, varying)) = crate::transform::shard_map::vma_of(x) {
+        if !check_vma {
+            return Ok(x.clone());
+        }
+        let already = axes.iter().filter(|a| varying.contains(a)).count();
+        if already == axes.len() {
+            return Err(Error::value_error("Unsupported pcast from=varying, to='varying'"));
+        }
+        if already > 0 {
+            return Err(Error::value_error(format!(
+                "jax.lax.pcast can only accept axis_name which corresponds to one of varying, unreduced, reduced or invarying state of the input. \
+                 Got input type: {}, axes: {} and input state: {{'invarying', 'varying'}}",
+                crate::sharding::typeof_(x),
+                crate::ir::parallel::names_tuple(&axes)
+            )));
+        }
+    }
+    coll(Collective::Pvary { axes }, x)
+}
+
 /// `jax.lax.axis_size(axis_name)`: the number of devices along the axes (a Rust number).
 pub fn axis_size(axis_name: impl Into<AxisNames>) -> Result<usize> {
     group_size(&check_axes(&axis_name.into())?)
@@ -246,7 +296,6 @@ pub fn abstract_eval(c: &Collective, ins: &[ShapedArray]) -> Result<Vec<ShapedAr
                 shape.remove(*d);
             }
         }
-        Collective::Ppermute { .. } => {}
         Collective::AllToAll { axis_size, split_axis, concat_axis, .. } => {
             out_dim(*split_axis, shape.len())?;
             out_dim(*concat_axis, shape.len())?;
@@ -256,6 +305,7 @@ pub fn abstract_eval(c: &Collective, ins: &[ShapedArray]) -> Result<Vec<ShapedAr
             shape[*split_axis] /= axis_size;
             shape[*concat_axis] *= axis_size;
         }
+        Collective::Ppermute { .. } | Collective::Pvary { .. } => {}
         Collective::AxisIndex { .. } => unreachable!("handled above"),
     }
     Ok(vec![ShapedArray { shape, dtype: a.dtype, weak_type: a.weak_type }])

@@ -187,6 +187,10 @@ impl Lowerer {
         if let Collective::AxisIndex { axes } = c {
             return Ok(vec![self.axis_index(&mesh, axes, &out)?]);
         }
+        if let (Collective::Pvary { .. }, [x]) = (c, ins) {
+            // A type change only: no data moves.
+            return Ok(vec![x.clone()]);
+        }
         let x = ins.first().ok_or_else(|| malformed(format!("`{}` needs an operand", c.name())))?;
         let (xn, xt, ot) = (self.tensor(x), x.aval().strong().mlir_tensor(), out.mlir_tensor());
         let ch = self.channel();
@@ -233,7 +237,7 @@ impl Lowerer {
                     pairs.len()
                 ));
             }
-            Collective::AxisIndex { .. } => unreachable!("handled above"),
+            Collective::AxisIndex { .. } | Collective::Pvary { .. } => unreachable!("handled above"),
         }
         Ok(vec![Val::T(n, out)])
     }

@@ -637,6 +637,8 @@ impl Lowerer {
             Primitive::Pjit { jaxpr, .. } => self.body(&jaxpr.jaxpr, &jaxpr.consts, ins)?,
             // Display only (`manual.rs`): the module is never compiled.
             Primitive::ShardMap(sm) => self.manual_computation(sm, &ins, &eq.outputs)?,
+            // A type change only (`pcast(.., to='varying')`): the value as it is.
+            Primitive::Collective(crate::ir::Collective::Pvary { .. }) => ins.clone(),
             Primitive::Collective(c) => self.collective(c, &ins, &eq.outputs)?,
             // Identity at run time; it only matters to differentiation.
             Primitive::StopGradient => ins.clone(),

@@ -194,6 +194,10 @@ pub fn ordered_debug(id: CallbackId, args: Vec<Buffer>) -> Result<()> {
 /// giving a result of `out` placed (committed) on this device.
 /// Errors: outside `shard_map`; another device failed; an unsupported dtype.
 pub fn run(c: &Collective, x: Option<&Arc<DeviceArray>>, out: &ShapedArray) -> Result<Arc<DeviceArray>> {
+    if let (Collective::Pvary { .. }, Some(x)) = (c, x) {
+        // Only the type changes: the value stays on this device as it is.
+        return Ok(x.clone());
+    }
     let (run, me) = current(c.name(), c.axes())?;
     let device = run.mesh.device_ids()[me];
     let place = |b: Arc<Buffer>| DeviceArray::ready_on(out.clone(), b, Placement { device, committed: true });
@@ -310,7 +314,7 @@ fn compute(c: &Collective, run: &MeshRun, members: &[usize], pos: usize, n: usiz
             }
             Ok(Arc::new(res))
         }
-        Collective::AxisIndex { .. } => unreachable!("handled before the rendezvous"),
+        Collective::AxisIndex { .. } | Collective::Pvary { .. } => unreachable!("handled before the rendezvous"),
     }
 }
 

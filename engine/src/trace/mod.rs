@@ -362,6 +362,17 @@ pub(crate) fn partial_jaxpr(t: &Tracer) -> Option<(u64, Jaxpr)> {
     })
 }
 
+/// Trace `id`'s jaxpr so far (as [`partial_jaxpr`]) with `outs`, variables of it, as
+/// outvars. `None`: the trace is gone.
+pub(crate) fn trace_jaxpr_with_outs(id: u64, outs: Vec<Var>) -> Option<Jaxpr> {
+    STACK.with(|s| {
+        let s = s.borrow();
+        let b = s.iter().find(|b| b.id == id)?;
+        let constvars = b.consts.iter().map(|(v, _)| v.clone()).collect();
+        Some(Jaxpr { constvars, invars: b.invars.clone(), eqns: b.eqns.clone(), outvars: outs.into_iter().map(Atom::Var).collect() })
+    })
+}
+
 /// For a tracer of the innermost trace: the names of the arguments it depends on, and
 /// the traced function's name (for TracerBoolConversionError messages).
 pub fn tracer_provenance(t: &Tracer) -> Option<(String, Vec<String>)> {

@@ -429,9 +429,25 @@ pub(crate) fn spec_mask(mesh: &Mesh, spec: &PartitionSpec) -> Vma {
 }
 
 /// The axes each output of `j` varies over, given those of its inputs (JAX's varying
-/// manual axes: reductions over an axis make a value invariant along it; `axis_index`
-/// and the other collectives make it vary; any other equation varies where an operand does).
+/// manual axes: reductions over an axis make a value invariant along it; `axis_index`,
+/// `pvary` and the other collectives make it vary; a loop's carries vary where their
+/// initial values or the body make them (a fixed point), its stacked results where the
+/// body's do; a `cond`'s results where a branch's or the predicate does; any other
+/// equation varies where an operand does).
 pub(crate) fn output_vma(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> Vec<Vma> {
+    let env = vma_env(j, ins, mesh);
+    j.outvars
+        .iter()
+        .map(|a| match a {
+            Atom::Var(v) => env.get(&v.id).copied().unwrap_or(0),
+            Atom::Lit(_) => 0,
+        })
+        .collect()
+}
+
+/// The varying axes of every variable of `j` (invars, constvars, equation outputs; see
+/// [`output_vma`]) by variable id.
+fn vma_env(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> std::collections::HashMap<u32, Vma> {
     let mut env: std::collections::HashMap<u32, Vma> = j.invars.iter().zip(ins).map(|(v, m)| (v.id, *m)).collect();
     for v in &j.constvars {
         env.insert(v.id, 0);
@@ -441,19 +457,249 @@ pub(crate) fn output_vma(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> Vec<Vma> {
         Atom::Lit(_) => 0,
     };
     for e in &j.eqns {
-        let union = e.inputs.iter().fold(0, |m, a| m | get(&env, a));
-        let out = match &e.primitive {
+        let eins: Vec<Vma> = e.inputs.iter().map(|a| get(&env, a)).collect();
+        let union = eins.iter().fold(0, |m, v| m | v);
+        let outs: Vec<Vma> = match &e.primitive {
             Primitive::Collective(c @ (Collective::Psum { .. } | Collective::Pmax { .. } | Collective::Pmin { .. })) => {
-                union & !axes_mask(mesh, c.axes())
+                vec![union & !axes_mask(mesh, c.axes()); e.outputs.len()]
             }
-            Primitive::Collective(c) => union | axes_mask(mesh, c.axes()),
-            _ => union,
+            Primitive::Collective(c) => vec![union | axes_mask(mesh, c.axes()); e.outputs.len()],
+            Primitive::Scan { jaxpr, num_consts, num_carry, .. } if eins.len() == jaxpr.invars.len() => {
+                let (nc, nk) = (*num_consts, *num_carry);
+                let mut body_in = eins.clone();
+                let mut outs = output_vma(jaxpr, &body_in, mesh);
+                for _ in 0..=nk {
+                    let grown: Vec<Vma> = (0..nk).map(|k| body_in[nc + k] | outs[k]).collect();
+                    if grown == body_in[nc..nc + nk] {
+                        break;
+                    }
+                    body_in[nc..nc + nk].copy_from_slice(&grown);
+                    outs = output_vma(jaxpr, &body_in, mesh);
+                }
+                (0..nk).map(|k| body_in[nc + k]).chain(outs[nk..].iter().copied()).collect()
+            }
+            Primitive::While { body_jaxpr, cond_nconsts, body_nconsts, .. } if eins.len() == cond_nconsts + body_jaxpr.invars.len() => {
+                let mut body_in = eins[*cond_nconsts..].to_vec();
+                let bc = *body_nconsts;
+                for _ in 0..=body_in.len() {
+                    let outs = output_vma(body_jaxpr, &body_in, mesh);
+                    let grown: Vec<Vma> = body_in[bc..].iter().zip(&outs).map(|(a, b)| a | b).collect();
+                    if grown == body_in[bc..] {
+                        break;
+                    }
+                    body_in[bc..].copy_from_slice(&grown);
+                }
+                body_in[bc..].to_vec()
+            }
+            Primitive::Cond { branches } if !eins.is_empty() && branches.iter().all(|b| b.invars.len() == eins.len() - 1) => {
+                let mut outs = vec![eins[0]; e.outputs.len()];
+                for b in branches {
+                    for (o, v) in outs.iter_mut().zip(output_vma(b, &eins[1..], mesh)) {
+                        *o |= v;
+                    }
+                }
+                outs
+            }
+            _ => vec![union; e.outputs.len()],
         };
-        for o in &e.outputs {
-            env.insert(o.id, out);
+        for (o, v) in e.outputs.iter().zip(outs) {
+            env.insert(o.id, v);
         }
     }
-    j.outvars.iter().map(|a| get(&env, a)).collect()
+    env
+}
+
+/// For the jaxpr printer: the variables of `p`'s body (arguments and equation results, not
+/// those of jaxprs nested in it) that vary over mesh axes, with those axes in mesh order,
+/// as JAX prints them after the type (`c:f32[3]{V:i}`). Empty with `check_vma` off.
+pub(crate) fn body_var_vmas(p: &ShardMapParams) -> Vec<(crate::ir::Var, Vec<String>)> {
+    if !p.check_vma || p.in_specs.len() != p.jaxpr.invars.len() {
+        return vec![];
+    }
+    let ins: Vec<Vma> = p.in_specs.iter().map(|s| spec_mask(&p.mesh, s)).collect();
+    let env = vma_env(&p.jaxpr, &ins, &p.mesh);
+    let names = p.mesh.axis_names();
+    let vars = p.jaxpr.invars.iter().chain(p.jaxpr.eqns.iter().flat_map(|e| e.outputs.iter()));
+    vars.filter_map(|v| {
+        let m = env.get(&v.id).copied().unwrap_or(0);
+        (m != 0).then(|| (v.clone(), (0..names.len()).filter(|k| m & (1 << k) != 0).map(|k| names[k].clone()).collect()))
+    })
+    .collect()
+}
+
+/// The `shard_map` body the innermost trace on this thread belongs to (not a trace nested
+/// in it): its trace id, mesh, in_specs and check_vma.
+fn innermost_body() -> Option<(u64, Mesh, Vec<PartitionSpec>, bool)> {
+    let id = crate::trace::innermost_trace_id()?;
+    BODIES.with(|b| b.borrow().last().filter(|(i, ..)| *i == id).cloned())
+}
+
+/// For `x` used in a `shard_map` body: whether the body checks varying axes, and the mesh
+/// axes `x` varies over (none for a value that is not the body's, e.g. a constant).
+/// `None`: not in a body, or in a trace nested in one (a loop body) for a value of that
+/// nested trace.
+pub(crate) fn vma_of(x: &Array) -> Option<(bool, Vec<String>)> {
+    if let crate::trace::array::Repr::Tracer(t) = &x.0
+        && let Some((_, v, check)) = body_varying(t)
+    {
+        return Some((check, v));
+    }
+    innermost_body().map(|(_, _, _, check)| (check, vec![]))
+}
+
+/// Which loop or branch a [`check_control_vma`] checks, for its error text.
+pub(crate) enum ControlKind {
+    /// `lax.scan` (`fori`: a `fori_loop`, whose carry leaf 0 is the loop index).
+    Scan { fori: bool },
+    WhileLoop,
+    /// `lax.cond`/`lax.switch`.
+    Cond,
+}
+
+/// JAX's varying-axes check of a loop or `cond` traced in a `shard_map` body with
+/// `check_vma` (its bind, `prim` on `operands`, comes next): a loop carry must vary over
+/// the same mesh axes coming out of the body as going in, and every branch of a `cond` must
+/// give results varying over the same axes. Nothing is checked outside such a body.
+/// Errors: JAX 0.10.2's `TypeError` texts, with its `pcast` hint (for a `cond`, the hint
+/// names the branch whose result needs `pcast` and the axes).
+pub(crate) fn check_control_vma(prim: &Primitive, operands: &[Operand], kind: ControlKind) -> Result<()> {
+    let Some((id, mesh, specs, true)) = innermost_body() else { return Ok(()) };
+    let ins = operand_vmas(id, &mesh, &specs, operands);
+    let names = mesh.axis_names();
+    let axes_of = |m: Vma| -> Vec<String> { (0..names.len()).filter(|k| m & (1 << k) != 0).map(|k| names[k].clone()).collect() };
+    let ty = |a: &ShapedArray, m: Vma| crate::sharding::ArrayType { aval: a.clone(), sharding: None, memory_kind: crate::runtime::memory_kind::MemoryKind::Device, vma: axes_of(m) }.to_string();
+    let (what, avals, carry_in, carry_out): (&str, Vec<ShapedArray>, Vec<Vma>, Vec<Vma>) = match prim {
+        Primitive::Scan { jaxpr, num_consts, num_carry, .. } if ins.len() == jaxpr.invars.len() => {
+            let outs = output_vma(jaxpr, &ins, &mesh);
+            let (nc, nk) = (*num_consts, *num_carry);
+            ("scan body", jaxpr.invars[nc..nc + nk].iter().map(|v| v.aval.clone()).collect(), ins[nc..nc + nk].to_vec(), outs[..nk].to_vec())
+        }
+        Primitive::While { body_jaxpr, cond_nconsts, body_nconsts, .. } if ins.len() == cond_nconsts + body_jaxpr.invars.len() => {
+            let outs = output_vma(body_jaxpr, &ins[*cond_nconsts..], &mesh);
+            let carry = ins[cond_nconsts + body_nconsts..].to_vec();
+            ("while_loop body", body_jaxpr.invars[*body_nconsts..].iter().map(|v| v.aval.clone()).collect(), carry, outs)
+        }
+        Primitive::Cond { branches } if !ins.is_empty() && branches.iter().all(|b| b.invars.len() == ins.len() - 1) => {
+            return check_branches_vma(branches, &ins[1..], &mesh, &ty, &axes_of);
+        }
+        _ => return Ok(()),
+    };
+    let nk = avals.len();
+    let fori = matches!(kind, ControlKind::Scan { fori: true });
+    let name = |k: usize| -> String {
+        if fori {
+            if nk == 2 { "loop_carry[1]".to_string() } else { format!("loop_carry[1][{}]", k - 1) }
+        } else if nk == 1 {
+            String::new()
+        } else {
+            format!("carry[{k}]")
+        }
+    };
+    let mut diffs = vec![];
+    let mut hints = vec![];
+    for k in 0..nk {
+        let (i, o) = (carry_in[k], carry_out.get(k).copied().unwrap_or(carry_in[k]));
+        if i == o {
+            continue;
+        }
+        let component = if name(k).is_empty() { "input carry".to_string() } else { format!("input carry component {}", name(k)) };
+        diffs.push(format!(
+            "the {component} has type {} but the corresponding output carry component has type {}, so the manual axis types do not match",
+            ty(&avals[k], i),
+            ty(&avals[k], o)
+        ));
+        if o & !i != 0 {
+            hints.push(format!(
+                "This might be fixed by applying `jax.lax.pcast(..., {}, to='varying')`, to the initial carry value corresponding to the {component}.\nSee https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for more information.\n",
+                crate::ir::parallel::names_tuple(&axes_of(o & !i))
+            ));
+        }
+    }
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    let what = match kind {
+        ControlKind::WhileLoop => "while_loop body",
+        _ => what,
+    };
+    let hints: String = hints.iter().map(|h| format!("{h}\n")).collect();
+    Err(Error::type_error(format!(
+        "{what} function carry input and carry output must have equal types, but they differ:\n\n{}\n{hints}Revise the function so that all output types match the corresponding input types.",
+        sentences(&diffs)
+    )))
+}
+
+/// `cond` branches (`branches[0]` is false_fun, `[1]` true_fun; `lax.switch`'s in index
+/// order) must give results varying over the same axes.
+fn check_branches_vma(
+    branches: &[Jaxpr],
+    ins: &[Vma],
+    mesh: &Mesh,
+    ty: &dyn Fn(&ShapedArray, Vma) -> String,
+    axes_of: &dyn Fn(Vma) -> Vec<String>,
+) -> Result<()> {
+    let outs: Vec<Vec<Vma>> = branches.iter().map(|b| output_vma(b, ins, mesh)).collect();
+    let label = |b: usize| match (branches.len(), b) {
+        (2, 0) => "false_fun".to_string(),
+        (2, _) => "true_fun".to_string(),
+        (_, b) => format!("branch {b}"),
+    };
+    let first = if branches.len() == 2 { 1 } else { 0 };
+    for (b, o) in outs.iter().enumerate() {
+        if b == first {
+            continue;
+        }
+        for (k, (x, y)) in outs[first].iter().zip(o).enumerate() {
+            if x == y {
+                continue;
+            }
+            let aval = branches[first].outvars[k].aval();
+            let (a, c) = (label(first), label(b));
+            // The branch whose result varies over fewer axes needs pcast to the others.
+            let (fix, missing) = if y & !x != 0 { (a.clone(), y & !x) } else { (c.clone(), x & !y) };
+            return Err(Error::type_error(format!(
+                "cond branches must have equal output types but they differ.\n\nThe output of {a} has type {} but the corresponding output of {c} has type {}, so the manual axis types do not match.\n\n\
+                 This might be fixed by applying `jax.lax.pcast(..., {}, to='varying')` to the output of {fix}.\n\
+                 See https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for more information.\n\nRevise {a} and/or {c} so that all output types match.",
+                ty(aval, *x),
+                ty(aval, *y),
+                crate::ir::parallel::names_tuple(&axes_of(missing))
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One difference as a sentence, several as a bulleted list (JAX's layout).
+fn sentences(diffs: &[String]) -> String {
+    if diffs.len() == 1 {
+        let mut c = diffs[0].chars();
+        let first = c.next().map(|f| f.to_uppercase().collect::<String>()).unwrap_or_default();
+        return format!("{first}{}.\n", c.as_str());
+    }
+    let n = diffs.len();
+    diffs.iter().enumerate().map(|(k, d)| if k + 1 < n { format!("  * {d};\n") } else { format!("  * {d}.\n") }).collect::<Vec<_>>().join("\n")
+}
+
+/// The varying axes of each operand of an equation about to be bound in the body traced
+/// as trace `id`: a value of that trace has those its jaxpr so far gives it; anything else
+/// (a constant, a literal, a value the body closed over) is invariant.
+fn operand_vmas(id: u64, mesh: &Mesh, specs: &[PartitionSpec], operands: &[Operand]) -> Vec<Vma> {
+    let outs: Vec<Option<crate::trace::Tracer>> = operands
+        .iter()
+        .map(|o| match o {
+            Operand::Array(Array(crate::trace::array::Repr::Tracer(t))) if t.trace_id == id => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let vars: Vec<crate::ir::Var> = outs.iter().flatten().map(|t| t.var.clone()).collect();
+    let Some(j) = crate::trace::trace_jaxpr_with_outs(id, vars) else { return vec![0; operands.len()] };
+    if specs.len() != j.invars.len() {
+        return vec![0; operands.len()];
+    }
+    let ins: Vec<Vma> = specs.iter().map(|s| spec_mask(mesh, s)).collect();
+    let mut vmas = output_vma(&j, &ins, mesh).into_iter();
+    outs.iter().map(|t| if t.is_some() { vmas.next().unwrap_or(0) } else { 0 }).collect()
 }
 
 /// JAX's check of out_specs that assert replication (`check_vma`).
@@ -646,8 +892,14 @@ fn eval_body(j: &Jaxpr, args: &[Array]) -> Result<Vec<Array>> {
     j.outvars.iter().map(|a| atom_array(&env, a)).collect()
 }
 
+/// Whether `j` (or a jaxpr nested in it) exchanges data between devices: a collective
+/// other than `pvary` (a type change that lowers to its operand), or a `shard_map`.
 fn has_collective(j: &Jaxpr) -> bool {
-    j.eqns.iter().any(|e| matches!(e.primitive, Primitive::Collective(_) | Primitive::ShardMap(_)) || e.primitive.sub_jaxprs().iter().any(|s| has_collective(s)))
+    j.eqns.iter().any(|e| {
+        matches!(&e.primitive, Primitive::Collective(c) if !matches!(c, Collective::Pvary { .. }))
+            || matches!(e.primitive, Primitive::ShardMap(_))
+            || e.primitive.sub_jaxprs().iter().any(|s| has_collective(s))
+    })
 }
 
 /// Whether `j` has a `shard_map` equation (such jaxprs run equation by equation under `jit`).
@@ -675,6 +927,9 @@ pub(crate) fn collective_jvp(c: &Collective, t: &Array) -> Result<Array> {
 pub(crate) fn collective_vjp(c: &Collective, ct: &Array) -> Result<Array> {
     let t = match c {
         Collective::Psum { .. } => return Ok(ct.clone()),
+        // The value was the same on every device and each device's use of it differs:
+        // the cotangents add up (JAX: pvary's transpose is psum).
+        Collective::Pvary { axes } => Collective::Psum { axes: axes.clone() },
         Collective::AllGather { axes, axis_size, dimension, tiled } => {
             Collective::ReduceScatter { axes: axes.clone(), axis_size: *axis_size, scatter_dimension: *dimension, tiled: *tiled }
         }
