@@ -166,3 +166,17 @@ def test_help_is_aligned(kernel):
             starts.append((line, m.end()))
     assert len(starts) >= 10, text
     assert {c for _, c in starts} == {18}, starts
+
+
+def test_a_final_expression_that_moves_a_variable_shows_the_value(kernel):
+    # evcxr falls back to Debug formatting when the final expression moves a variable; the
+    # value still shows as itself (the jaxpr text, the Array), not `Ok(ClosedJaxpr { .. })`.
+    _, kc = kernel
+    reply, outputs = run(kc, 'let xm = jnp::arange(8.0);\nlet dbl = jit(|a: Array| a * 2.0);\n'
+                             'make_jaxpr(move |a: Array| dbl.call(a), &xm)')
+    ok(reply, outputs)
+    text = text_of(outputs)
+    assert text == "{ lambda ; a:f32[8]. let b:f32[8] = mul a 2.0:f32[] in (b,) }", text
+    reply, outputs = run(kc, 'let wm = jnp::arange(3.0);\njit(|a: Array| a * 2.0).call(wm)')
+    ok(reply, outputs)
+    assert text_of(outputs) == "Array([0., 2., 4.], dtype=float32)", text_of(outputs)

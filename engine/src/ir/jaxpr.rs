@@ -579,7 +579,8 @@ impl Jaxpr {
 }
 
 /// A jaxpr with the values of its constvars (arrays captured by the traced closure).
-#[derive(Clone, Debug)]
+/// `{}` and `{:?}` both give JAX's text (as `str` and `repr` of a ClosedJaxpr do).
+#[derive(Clone)]
 pub struct ClosedJaxpr {
     pub jaxpr: Jaxpr,
     /// One buffer per `jaxpr.constvars`, same order.
@@ -589,6 +590,12 @@ pub struct ClosedJaxpr {
     /// values (`f32[8@x]`, `f32<host>[8]`; `sharding_types`). `None` for every other
     /// jaxpr; ignored by equality, caches and lowering.
     pub in_types: Option<Arc<crate::sharding_types::InTypes>>,
+}
+
+impl std::fmt::Debug for ClosedJaxpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 impl PartialEq for ClosedJaxpr {

@@ -49,6 +49,12 @@ pub fn split_outputs(
         errors.push(e);
         return (None, errors);
     }
+    if by_mime.len() == 1
+        && let Some(t) = by_mime.get_mut("text/plain")
+        && let Some(inner) = debug_fallback_ok(t)
+    {
+        *t = inner;
+    }
     if by_mime.is_empty() {
         return (None, errors);
     }
@@ -100,6 +106,17 @@ pub fn debug_fallback_error(text: &str) -> Option<Output> {
         traceback.push(format!("  (traced at {at})"));
     }
     Some(Output::Error { ename: ename.to_string(), evalue: message, traceback })
+}
+
+/// The engine value in `text`, when `text` is the Rust Debug form of `Ok(v)` for an engine
+/// value whose Debug form is its display text (`Ok(Array([0., 2.], dtype=float32))`,
+/// `Ok({ lambda ; a:f32[8]. let … })`): evcxr shows a cell's `Result` value that way when
+/// its first build failed (a final expression that moves a variable, as `f.call(x)` or
+/// `make_jaxpr(move |a| sm.call(a), &x)`), where the value would otherwise show as itself.
+/// `None` for any other text.
+pub fn debug_fallback_ok(text: &str) -> Option<String> {
+    let inner = text.trim_end().strip_prefix("Ok(")?.strip_suffix(')')?;
+    ["Array(", "{ lambda "].iter().any(|p| inner.starts_with(p)).then(|| inner.to_string())
 }
 
 /// A Rust Debug string literal at the start of `s` (`"a\"b\n"`), unescaped, and the rest.
@@ -529,6 +546,21 @@ mod debug_fallback_tests {
         let (display, errors) = split_outputs(by_mime, "", None);
         assert!(display.is_none());
         assert!(matches!(&errors[..], [Output::Error { ename, .. }] if ename == "TypeError"));
+    }
+
+    #[test]
+    fn an_ok_engine_value_shown_by_evcxrs_debug_fallback_is_the_value() {
+        assert_eq!(debug_fallback_ok("Ok(Array([0., 2., 4.], dtype=float32))").as_deref(), Some("Array([0., 2., 4.], dtype=float32)"));
+        let j = "{ lambda ; a:f32[8]. let b:f32[8] = mul a 2.0:f32[] in (b,) }";
+        assert_eq!(debug_fallback_ok(&format!("Ok({j})\n")).as_deref(), Some(j));
+        // Other values keep their Debug text.
+        assert_eq!(debug_fallback_ok("Ok(3)"), None);
+        assert_eq!(debug_fallback_ok("Ok(Foo { a: 1 })"), None);
+        assert_eq!(debug_fallback_ok("Array([1.], dtype=float32)"), None);
+        let by_mime = HashMap::from([("text/plain".to_string(), "Ok(Array([1.], dtype=float32))".to_string())]);
+        let (display, errors) = split_outputs(by_mime, "", None);
+        assert!(errors.is_empty());
+        assert_eq!(display, Some(Output::Display(vec![("text/plain".into(), "Array([1.], dtype=float32)".into())])));
     }
 }
 
