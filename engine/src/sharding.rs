@@ -348,8 +348,9 @@ impl fmt::Display for Mesh {
 }
 
 thread_local! {
-    /// This thread's `set_mesh` stack: each entry is a guard's id and its mesh.
-    static MESH_STACK: std::cell::RefCell<Vec<(u64, Mesh)>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// This thread's `set_mesh` stack: each entry is a guard's id, its mesh, and whether
+    /// it was kept (`.keep()`).
+    static MESH_STACK: std::cell::RefCell<Vec<(u64, Mesh, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Ids of `set_mesh` entries (unique in the process).
@@ -357,10 +358,10 @@ static NEXT_MESH_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 
 /// Restores the previously set mesh when dropped (`with jax.set_mesh(mesh): …`). Call
 /// `keep()` to leave the mesh set for good (JAX's statement form `jax.set_mesh(mesh)`).
-/// Dropping a guard removes its mesh and every mesh set after it on this thread (as leaving
-/// a `with` block restores the mesh from before it), also when guards drop out of order;
-/// a guard whose mesh is already gone does nothing. Not `Send`: it belongs to the thread
-/// whose mesh it set.
+/// Dropping a guard removes its mesh and the meshes kept after it (as leaving a `with`
+/// block restores the mesh from before it); meshes of guards still alive stay, so a REPL
+/// cell `let _g = set_mesh(&m);` run again (the new guard replaces the old one, which then
+/// drops) leaves `m` set. Not `Send`: it belongs to the thread whose mesh it set.
 #[must_use = "the mesh is unset when the guard drops; call .keep() to keep it set"]
 pub struct MeshGuard {
     id: u64,
@@ -372,6 +373,12 @@ impl MeshGuard {
     /// Leaves the mesh set (on this thread) after the guard goes away.
     pub fn keep(mut self) {
         self.keep = true;
+        let id = self.id;
+        let _ = MESH_STACK.try_with(|s| {
+            if let Some(e) = s.borrow_mut().iter_mut().find(|e| e.0 == id) {
+                e.2 = true;
+            }
+        });
     }
 }
 
@@ -381,8 +388,13 @@ impl Drop for MeshGuard {
             let id = self.id;
             let _ = MESH_STACK.try_with(|s| {
                 let mut s = s.borrow_mut();
-                if let Some(k) = s.iter().position(|(i, _)| *i == id) {
-                    s.truncate(k);
+                if let Some(k) = s.iter().position(|e| e.0 == id) {
+                    let mut at = 0;
+                    s.retain(|e| {
+                        let drop_it = at == k || (at > k && e.2);
+                        at += 1;
+                        !drop_it
+                    });
                 }
             });
         }
@@ -398,13 +410,13 @@ impl Drop for MeshGuard {
 /// for later cells.
 pub fn set_mesh(mesh: &Mesh) -> MeshGuard {
     let id = NEXT_MESH_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    MESH_STACK.with(|s| s.borrow_mut().push((id, mesh.clone())));
+    MESH_STACK.with(|s| s.borrow_mut().push((id, mesh.clone(), false)));
     MeshGuard { id, keep: false, _thread: std::marker::PhantomData }
 }
 
 /// This thread's current mesh (`jax.get_mesh()`), if one is set.
 pub fn get_mesh() -> Option<Mesh> {
-    MESH_STACK.try_with(|s| s.borrow().last().map(|(_, m)| m.clone())).ok().flatten()
+    MESH_STACK.try_with(|s| s.borrow().last().map(|(_, m, _)| m.clone())).ok().flatten()
 }
 
 // ---------------------------------------------------------------- partition specs

@@ -334,16 +334,20 @@ fn set_mesh_is_per_thread() {
         (a.join().unwrap(), b.join().unwrap())
     });
     assert_eq!((a.as_str(), b.as_str()), ("float32[8@X]", "float32[8@Z]"));
-    // Guards dropped out of order: dropping the outer one restores the mesh from before
-    // it (the inner one's mesh goes too); the inner one's drop then does nothing.
-    let base = set_mesh(&z);
-    let outer = set_mesh(&xy);
-    let inner = set_mesh(&z);
-    drop(outer);
+    // A REPL cell `let _g = set_mesh(&m);` run again: the new guard is stored, then the
+    // old one drops; the mesh stays set (the live guard's), and goes with the last guard.
+    let mut g = set_mesh(&xy);
+    g = set_mesh(&z);
     assert_eq!(names(), ["Z"]);
-    drop(inner);
-    assert_eq!(names(), ["Z"]);
-    drop(base);
+    drop(g);
+    assert!(names().is_empty());
+    // Leaving a guard's scope also removes meshes kept inside it (JAX: `with set_mesh(a):
+    // set_mesh(b)` restores the mesh from before `a` on exit).
+    {
+        let _a = set_mesh(&xy);
+        set_mesh(&z).keep();
+        assert_eq!(names(), ["Z"]);
+    }
     assert!(names().is_empty());
 }
 

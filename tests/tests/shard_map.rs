@@ -507,7 +507,10 @@ fn loop_carries_and_cond_branches_keep_their_varying_axes() {
     assert_eq!(jit(move |x: Array| f2.call(x)).call(&x).unwrap().to_vec::<f32>().unwrap(), want);
     let f3 = fixed.clone();
     let j = make_jaxpr(move |x: Array| f3.call(x), &x).unwrap().to_string();
-    assert!(j.contains("= pvary[axes=('i',)] "), "{j}");
+    assert!(j.contains("e:f32[2]{V:i} = pvary[axes=('i',)] d"), "{j}");
+    // The scan body's values with their axes, as JAX 0.10.2 prints them.
+    assert!(j.contains("jaxpr={ lambda ; h:f32[2]{V:i} i:i32[] j:f32[2]{V:i}. let"), "{j}");
+    assert!(j.contains("l:f32[2]{V:i} = add j h"), "{j}");
     // A varying carry made invariant: no pcast hint.
     let e = err(sm(|b| lax::fori_loop(0, 3, |(_, _c): (Array, Array)| jnp::zeros(&[2], DType::F32), b)));
     assert!(e.contains("The input carry component loop_carry[1] has type float32[2]{V:i} but the corresponding output carry component has type float32[2], so the manual axis types do not match.\n\nRevise the function"), "{e}");
@@ -539,6 +542,45 @@ fn loop_carries_and_cond_branches_keep_their_varying_axes() {
     );
     assert_eq!(scanned.call(&x).unwrap().to_vec::<f32>().unwrap(), [0.0, 1.0, 0.0, 3.0, 0.0, 5.0, 0.0, 7.0]);
     assert_eq!(*seen.lock().unwrap(), ["float32[]", "float32[2]{V:i}"]);
+    // Loops and conds nested in a loop or cond body are checked too (JAX 0.10.2 raises
+    // the same errors), and values in a loop body show their axes.
+    let inner_loop = "The input carry component loop_carry[1] has type float32[2] but the corresponding output carry component has type float32[2]{V:i}";
+    let e = err(sm(|b| {
+        let init = lax::pcast(&jnp::zeros(&[2], DType::F32), "i", "varying")?;
+        lax::fori_loop(0, 2, |(_, c): (Array, Array)| -> Result<Array> { Ok(c + lax::fori_loop(0, 2, |(_, d): (Array, Array)| d + &b, jnp::zeros(&[2], DType::F32))?) }, init)
+    }));
+    assert!(e.contains(inner_loop), "{e}");
+    let e = err(sm(|b| {
+        let p = b.index(s![0]).gt(100.0);
+        let b2 = b.clone();
+        lax::cond(&p, move |_: ()| lax::fori_loop(0, 2, |(_, d): (Array, Array)| d + &b2, jnp::zeros(&[2], DType::F32)), |_: ()| lax::pcast(&jnp::zeros(&[2], DType::F32), "i", "varying"), ())
+    }));
+    assert!(e.contains(inner_loop), "{e}");
+    let e = err(sm(|b| {
+        let init = lax::pcast(&jnp::zeros(&[2], DType::F32), "i", "varying")?;
+        lax::fori_loop(0, 2, |(_, c): (Array, Array)| -> Result<Array> {
+            let y = lax::cond(&c.index(s![0]).gt(5.0), |y: Array| y * 2.0, |_: Array| jnp::zeros(&[2], DType::F32), c.clone())?;
+            Ok(c + y)
+        }, init)
+    }));
+    assert!(e.starts_with("TypeError: cond branches must have equal output types but they differ."), "{e}");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s2 = seen.clone();
+    let typed = shard_map(
+        move |b: Array| -> Result<Array> {
+            let init = lax::pcast(&jnp::zeros(&[2], DType::F32), "i", "varying")?;
+            let s3 = s2.clone();
+            lax::fori_loop(0, 2, move |(i, c): (Array, Array)| {
+                s3.lock().unwrap().extend([typeof_(&i).to_string(), typeof_(&c).to_string(), typeof_(&(c.clone() + &b)).to_string()]);
+                c + &b
+            }, init)
+        },
+        Some(&mesh),
+        P!("i"),
+        P!("i"),
+    );
+    assert_eq!(typed.call(&x).unwrap().to_vec::<f32>().unwrap(), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]);
+    assert_eq!(*seen.lock().unwrap(), ["~int32[]", "float32[2]{V:i}", "float32[2]{V:i}"]);
     // With check_vma off nothing is checked and pcast changes nothing.
     let off = shard_map_with(|b: Array| lax::fori_loop(0, 3, |(_, c): (Array, Array)| c + &b, jnp::zeros(&[2], DType::F32)), Some(&mesh), P!("i"), P!("i"), false);
     assert_eq!(off.call(&x).unwrap().to_vec::<f32>().unwrap(), want);
@@ -564,6 +606,10 @@ fn pcast_errors_and_gradient() {
     let ok = shard_map(|b: Array| -> Result<Array> { let v = lax::pcast(&jnp::ones(&[4], DType::F32), "j", "varying")?; Ok(b + lax::psum(&v, "j")?) }, Some(&mesh), P!("i"), P!("i"));
     let want: Vec<f32> = (0..8).map(|k| k as f32 + 2.0).collect();
     assert_eq!(ok.call(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    // Under vmap (JAX 0.10.2 gives the same): pcast of each row.
+    let m3 = mesh.clone();
+    let rows = shard_map(|b: Array| -> Result<Array> { Ok(b + vmap(|r: Array| lax::pcast(&r, "i", "varying"))(jnp::ones(&[1, 4], DType::F32))?) }, Some(&m3), P!("i"), P!("i"));
+    assert_eq!(rows.call(&x).unwrap().to_vec::<f32>().unwrap(), (0..8).map(|k| k as f32 + 1.0).collect::<Vec<_>>());
     // Gradient through pcast: w (invariant, P()) made varying over i and j, then used per
     // device; the cotangent of w sums every device's block.
     let m2 = mesh.clone();

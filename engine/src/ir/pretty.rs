@@ -425,8 +425,7 @@ pub fn print_jaxpr(j: &Jaxpr) -> String {
 fn add_body_vmas(j: &Jaxpr, types: &mut HashMap<(usize, u32), String>) {
     for e in &j.eqns {
         if let Primitive::ShardMap(sm) = &e.primitive {
-            let at = &sm.jaxpr as *const Jaxpr as usize;
-            for (v, axes) in crate::transform::shard_map::body_var_vmas(sm) {
+            for (at, v, axes) in crate::transform::shard_map::body_var_vmas(sm) {
                 let suffix = match axes.as_slice() {
                     [a] => format!("{{V:{a}}}"),
                     many => format!("{{V:({})}}", many.join(",")),

@@ -114,7 +114,20 @@ fn flat_of<T: Pytree>(t: &T) -> Flat {
 fn trace_fn<A: Pytree, O: TraceOutput>(name: &str, f: &dyn Fn(A) -> O, arg: &Flat) -> Result<(OpenJaxpr, Flat)> {
     // The body's arguments have the operands' types (carries their initial values'), so
     // that `typeof_` inside shows their shardings.
-    trace_fn_typed(name, f, arg, crate::sharding_types::leaf_types(arg), 0)
+    let vmas = arg
+        .leaves
+        .iter()
+        .map(|l| match l {
+            ArgLeaf::Value(a) => leaf_vma(a),
+            ArgLeaf::Spec(_) => vec![],
+        })
+        .collect();
+    trace_fn_typed(name, f, arg, crate::sharding_types::leaf_types(arg), vmas, 0)
+}
+
+/// The mesh axes `a` varies over in the `shard_map` body being traced (none elsewhere).
+fn leaf_vma(a: &Array) -> Vec<String> {
+    crate::transform::shard_map::vma_of(a).map(|(_, v)| v).unwrap_or_default()
 }
 
 /// [`trace_fn`] with the arguments' sharding types given (`types[i]` for leaf i: a scan
@@ -126,11 +139,14 @@ fn trace_fn_typed<A: Pytree, O: TraceOutput>(
     f: &dyn Fn(A) -> O,
     arg: &Flat,
     types: Vec<Option<crate::sharding_types::ValueType>>,
+    vmas: Vec<Vec<String>>,
     weak: usize,
 ) -> Result<(OpenJaxpr, Flat)> {
     let avals: Vec<ShapedArray> = arg.leaves.iter().enumerate().map(|(i, l)| if i < weak { l.aval() } else { l.aval().strong() }).collect();
     let mut out = Flat::default();
     let j = trace_to_jaxpr(name, &avals, |ts| {
+        // Inside a shard_map body, the body's values vary over their operands' mesh axes.
+        let _nested = crate::transform::shard_map::enter_nested(&vmas);
         crate::sharding_types::type_innermost_args(types);
         let a = unflatten_like::<A>(&arg.treedef, ts, arg.statics.clone())?;
         let r = f(a).into_result()?;
@@ -370,7 +386,16 @@ fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
         }
         Some(t)
     }));
-    let (j, out) = trace_fn_typed("scan body", &f, &arg, types, usize::from(first_carry.is_some()))?;
+    let mut vmas: Vec<Vec<String>> = cflat
+        .leaves
+        .iter()
+        .map(|l| match l {
+            ArgLeaf::Value(a) => leaf_vma(a),
+            ArgLeaf::Spec(_) => vec![],
+        })
+        .collect();
+    vmas.extend(xl.iter().map(leaf_vma));
+    let (j, out) = trace_fn_typed("scan body", &f, &arg, types, vmas, usize::from(first_carry.is_some()))?;
     let carry_leaves = leaves(&cflat)?;
     let mut operands = ops(&j.consts);
     let mut carry_ops = ops(&carry_leaves);

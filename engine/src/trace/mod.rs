@@ -350,6 +350,19 @@ pub(crate) fn innermost_trace_id() -> Option<u64> {
     STACK.with(|s| s.borrow().last().map(|b| b.id))
 }
 
+/// The id of the trace the innermost one is nested in, if any.
+pub(crate) fn parent_trace_id() -> Option<u64> {
+    STACK.with(|s| {
+        let s = s.borrow();
+        s.len().checked_sub(2).map(|k| s[k].id)
+    })
+}
+
+/// The values trace `id` has closed over so far (its constvars' values, in order).
+pub(crate) fn trace_consts(id: u64) -> Option<Vec<Array>> {
+    STACK.with(|s| s.borrow().iter().find(|b| b.id == id).map(|b| b.consts.iter().map(|(_, a)| a.clone()).collect()))
+}
+
 /// For a tracer of a live trace: that trace's id and its jaxpr so far (its invars, the
 /// values it closed over as constvars, the equations recorded until now) with the tracer
 /// as the one outvar. `None`: the trace is gone.

@@ -293,6 +293,8 @@ pub(super) fn batch(p: &Primitive, ins: &[BVal], out: &ShapedArray, b: usize) ->
             let o = reshape_axis_out_of(dn.out_spec[1], b, &o)?;
             one(move_axis(&o, dn.out_spec[1], 0)?)
         }
+        // A type change only: the batched operand as it is, marked varying.
+        Collective(crate::ir::Collective::Pvary { .. }) => one(b1(p.clone(), vec![Operand::Array(x.x.clone())])?),
         _ => Err(Error::type_error(format!("Batching rule for '{}' not implemented", p.name()))),
     }
 }

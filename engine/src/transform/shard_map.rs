@@ -362,13 +362,15 @@ pub fn abstract_eval(p: &ShardMapParams, ins: &[ShapedArray]) -> Result<Vec<Shap
 type Vma = u64;
 
 thread_local! {
-    /// The `shard_map` bodies being traced on this thread (innermost last): the body
-    /// trace's id, the mesh, the in_specs of the body's arguments and `check_vma`.
-    static BODIES: std::cell::RefCell<Vec<(u64, Mesh, Vec<PartitionSpec>, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The `shard_map` bodies being traced on this thread, and the loop and `cond` bodies
+    /// traced inside them (innermost last): the trace's id, the mesh, the varying axes of
+    /// the trace's arguments (a body's from its in_specs, a loop body's from its operands)
+    /// and `check_vma`.
+    static BODIES: std::cell::RefCell<Vec<(u64, Mesh, Vec<Vma>, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Pops the body `enter_body` pushed.
-struct BodyGuard;
+pub(crate) struct BodyGuard;
 
 impl Drop for BodyGuard {
     fn drop(&mut self) {
@@ -382,21 +384,60 @@ impl Drop for BodyGuard {
 /// (until the guard drops).
 fn enter_body(mesh: &Mesh, specs: &[PartitionSpec], check_vma: bool) -> BodyGuard {
     let id = crate::trace::innermost_trace_id().unwrap_or(0);
-    BODIES.with(|b| b.borrow_mut().push((id, mesh.clone(), specs.to_vec(), check_vma)));
+    let ins = specs.iter().map(|s| spec_mask(mesh, s)).collect();
+    BODIES.with(|b| b.borrow_mut().push((id, mesh.clone(), ins, check_vma)));
     BodyGuard
+}
+
+/// Marks the innermost trace, a loop or `cond` body being traced directly inside a
+/// `shard_map` body (or inside such a loop body), as one more scope of varying axes: its
+/// argument `i` varies over `arg_axes[i]` (its operand's axes), so values traced in it
+/// have their varying axes (`typeof_`, the loop checks of bodies nested in it). `None` (and
+/// nothing marked) elsewhere.
+pub(crate) fn enter_nested(arg_axes: &[Vec<String>]) -> Option<BodyGuard> {
+    let id = crate::trace::innermost_trace_id()?;
+    let parent = crate::trace::parent_trace_id()?;
+    let (mesh, check) = BODIES.with(|b| b.borrow().iter().rev().find(|(i, ..)| *i == parent).map(|(_, m, _, c)| (m.clone(), *c)))?;
+    let ins = arg_axes.iter().map(|a| axes_mask(&mesh, a)).collect();
+    BODIES.with(|b| b.borrow_mut().push((id, mesh, ins, check)));
+    Some(BodyGuard)
+}
+
+/// The varying axes of `t`, a value of a trace marked by `enter_body`/`enter_nested`:
+/// the mesh, the axes as a bit set, and `check_vma`. Values the trace closed over have
+/// those of the trace they come from (none for a trace not marked, e.g. constants).
+fn tracer_vma(t: &crate::trace::Tracer) -> Option<(Mesh, Vma, bool)> {
+    let (id, j) = crate::trace::partial_jaxpr(t)?;
+    let (mesh, ins, check) = BODIES.with(|b| b.borrow().iter().rev().find(|(i, ..)| *i == id).map(|(_, m, s, c)| (m.clone(), s.clone(), *c)))?;
+    if ins.len() != j.invars.len() {
+        return None;
+    }
+    let consts = const_vmas(id);
+    let vma = vma_env(&j, &ins, &consts, &mesh);
+    let vma = match j.outvars.first() {
+        Some(Atom::Var(v)) => vma.get(&v.id).copied().unwrap_or(0),
+        _ => 0,
+    };
+    Some((mesh, vma, check))
+}
+
+/// The varying axes of the values trace `id` closed over (its constvars, in order).
+fn const_vmas(id: u64) -> Vec<Vma> {
+    crate::trace::trace_consts(id)
+        .unwrap_or_default()
+        .iter()
+        .map(|a| match &a.0 {
+            crate::trace::array::Repr::Tracer(t) if t.trace_id != id => tracer_vma(t).map(|(_, m, _)| m).unwrap_or(0),
+            _ => 0,
+        })
+        .collect()
 }
 
 /// For `t`, a value of a `shard_map` body being traced (not of a trace nested in it): the
 /// body's mesh, the mesh axes `t` varies over (in mesh order; see [`output_vma`]) and
 /// the body's `check_vma`. `None`: `t` is not such a value.
 fn body_varying(t: &crate::trace::Tracer) -> Option<(Mesh, Vec<String>, bool)> {
-    let (id, j) = crate::trace::partial_jaxpr(t)?;
-    let (mesh, specs, check) = BODIES.with(|b| b.borrow().iter().rev().find(|(i, ..)| *i == id).map(|(_, m, s, c)| (m.clone(), s.clone(), *c)))?;
-    if specs.len() != j.invars.len() {
-        return None;
-    }
-    let ins: Vec<Vma> = specs.iter().map(|s| spec_mask(&mesh, s)).collect();
-    let vma = output_vma(&j, &ins, &mesh).first().copied().unwrap_or(0);
+    let (mesh, vma, check) = tracer_vma(t)?;
     let names = mesh.axis_names();
     let varying: Vec<String> = (0..names.len()).filter(|k| vma & (1 << k) != 0).map(|k| names[k].clone()).collect();
     Some((mesh, varying, check))
@@ -435,7 +476,7 @@ pub(crate) fn spec_mask(mesh: &Mesh, spec: &PartitionSpec) -> Vma {
 /// body's do; a `cond`'s results where a branch's or the predicate does; any other
 /// equation varies where an operand does).
 pub(crate) fn output_vma(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> Vec<Vma> {
-    let env = vma_env(j, ins, mesh);
+    let env = vma_env(j, ins, &[], mesh);
     j.outvars
         .iter()
         .map(|a| match a {
@@ -447,10 +488,11 @@ pub(crate) fn output_vma(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> Vec<Vma> {
 
 /// The varying axes of every variable of `j` (invars, constvars, equation outputs; see
 /// [`output_vma`]) by variable id.
-fn vma_env(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> std::collections::HashMap<u32, Vma> {
+/// `consts[i]` is constvar i's (missing ones: none).
+fn vma_env(j: &Jaxpr, ins: &[Vma], consts: &[Vma], mesh: &Mesh) -> std::collections::HashMap<u32, Vma> {
     let mut env: std::collections::HashMap<u32, Vma> = j.invars.iter().zip(ins).map(|(v, m)| (v.id, *m)).collect();
-    for v in &j.constvars {
-        env.insert(v.id, 0);
+    for (k, v) in j.constvars.iter().enumerate() {
+        env.insert(v.id, consts.get(k).copied().unwrap_or(0));
     }
     let get = |env: &std::collections::HashMap<u32, Vma>, a: &Atom| match a {
         Atom::Var(v) => env.get(&v.id).copied().unwrap_or(0),
@@ -509,27 +551,82 @@ fn vma_env(j: &Jaxpr, ins: &[Vma], mesh: &Mesh) -> std::collections::HashMap<u32
     env
 }
 
-/// For the jaxpr printer: the variables of `p`'s body (arguments and equation results, not
-/// those of jaxprs nested in it) that vary over mesh axes, with those axes in mesh order,
-/// as JAX prints them after the type (`c:f32[3]{V:i}`). Empty with `check_vma` off.
-pub(crate) fn body_var_vmas(p: &ShardMapParams) -> Vec<(crate::ir::Var, Vec<String>)> {
+/// For the jaxpr printer: the variables of `p`'s body, and of the loop and `cond` bodies
+/// in it, that vary over mesh axes: the address of the jaxpr each belongs to, the variable
+/// and its axes in mesh order, as JAX prints them after the type (`c:f32[3]{V:i}`). Empty
+/// with `check_vma` off.
+pub(crate) fn body_var_vmas(p: &ShardMapParams) -> Vec<(usize, crate::ir::Var, Vec<String>)> {
     if !p.check_vma || p.in_specs.len() != p.jaxpr.invars.len() {
         return vec![];
     }
     let ins: Vec<Vma> = p.in_specs.iter().map(|s| spec_mask(&p.mesh, s)).collect();
-    let env = vma_env(&p.jaxpr, &ins, &p.mesh);
-    let names = p.mesh.axis_names();
-    let vars = p.jaxpr.invars.iter().chain(p.jaxpr.eqns.iter().flat_map(|e| e.outputs.iter()));
-    vars.filter_map(|v| {
+    let mut out = vec![];
+    annotate(&p.jaxpr, &ins, &p.mesh, &mut out);
+    out
+}
+
+/// [`body_var_vmas`] of `j` whose invars vary over `ins`, then of its sub-jaxprs.
+fn annotate(j: &Jaxpr, ins: &[Vma], mesh: &Mesh, out: &mut Vec<(usize, crate::ir::Var, Vec<String>)>) {
+    let env = vma_env(j, ins, &[], mesh);
+    let names = mesh.axis_names();
+    let at = j as *const Jaxpr as usize;
+    for v in j.invars.iter().chain(j.eqns.iter().flat_map(|e| e.outputs.iter())) {
         let m = env.get(&v.id).copied().unwrap_or(0);
-        (m != 0).then(|| (v.clone(), (0..names.len()).filter(|k| m & (1 << k) != 0).map(|k| names[k].clone()).collect()))
-    })
-    .collect()
+        if m != 0 {
+            out.push((at, v.clone(), (0..names.len()).filter(|k| m & (1 << k) != 0).map(|k| names[k].clone()).collect()));
+        }
+    }
+    let get = |a: &Atom| match a {
+        Atom::Var(v) => env.get(&v.id).copied().unwrap_or(0),
+        Atom::Lit(_) => 0,
+    };
+    for e in &j.eqns {
+        let eins: Vec<Vma> = e.inputs.iter().map(get).collect();
+        match &e.primitive {
+            Primitive::Scan { jaxpr, num_consts, num_carry, .. } if eins.len() == jaxpr.invars.len() => {
+                let (nc, nk) = (*num_consts, *num_carry);
+                let mut body_in = eins.clone();
+                for _ in 0..=nk {
+                    let outs = output_vma(jaxpr, &body_in, mesh);
+                    let grown: Vec<Vma> = (0..nk).map(|k| body_in[nc + k] | outs[k]).collect();
+                    if grown == body_in[nc..nc + nk] {
+                        break;
+                    }
+                    body_in[nc..nc + nk].copy_from_slice(&grown);
+                }
+                annotate(jaxpr, &body_in, mesh, out);
+            }
+            Primitive::While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } if eins.len() == cond_nconsts + body_jaxpr.invars.len() => {
+                let mut body_in = eins[*cond_nconsts..].to_vec();
+                let bc = *body_nconsts;
+                for _ in 0..=body_in.len() {
+                    let outs = output_vma(body_jaxpr, &body_in, mesh);
+                    let grown: Vec<Vma> = body_in[bc..].iter().zip(&outs).map(|(a, b)| a | b).collect();
+                    if grown == body_in[bc..] {
+                        break;
+                    }
+                    body_in[bc..].copy_from_slice(&grown);
+                }
+                let mut cond_in = eins[..*cond_nconsts].to_vec();
+                cond_in.extend_from_slice(&body_in[bc..]);
+                annotate(body_jaxpr, &body_in, mesh, out);
+                if cond_in.len() == cond_jaxpr.invars.len() {
+                    annotate(cond_jaxpr, &cond_in, mesh, out);
+                }
+            }
+            Primitive::Cond { branches } if !eins.is_empty() => {
+                for b in branches.iter().filter(|b| b.invars.len() == eins.len() - 1) {
+                    annotate(b, &eins[1..], mesh, out);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The `shard_map` body the innermost trace on this thread belongs to (not a trace nested
 /// in it): its trace id, mesh, in_specs and check_vma.
-fn innermost_body() -> Option<(u64, Mesh, Vec<PartitionSpec>, bool)> {
+fn innermost_body() -> Option<(u64, Mesh, Vec<Vma>, bool)> {
     let id = crate::trace::innermost_trace_id()?;
     BODIES.with(|b| b.borrow().last().filter(|(i, ..)| *i == id).cloned())
 }
@@ -563,8 +660,8 @@ pub(crate) enum ControlKind {
 /// Errors: JAX 0.10.2's `TypeError` texts, with its `pcast` hint (for a `cond`, the hint
 /// names the branch whose result needs `pcast` and the axes).
 pub(crate) fn check_control_vma(prim: &Primitive, operands: &[Operand], kind: ControlKind) -> Result<()> {
-    let Some((id, mesh, specs, true)) = innermost_body() else { return Ok(()) };
-    let ins = operand_vmas(id, &mesh, &specs, operands);
+    let Some((id, mesh, arg_vmas, true)) = innermost_body() else { return Ok(()) };
+    let ins = operand_vmas(id, &mesh, &arg_vmas, operands);
     let names = mesh.axis_names();
     let axes_of = |m: Vma| -> Vec<String> { (0..names.len()).filter(|k| m & (1 << k) != 0).map(|k| names[k].clone()).collect() };
     let ty = |a: &ShapedArray, m: Vma| crate::sharding::ArrayType { aval: a.clone(), sharding: None, memory_kind: crate::runtime::memory_kind::MemoryKind::Device, vma: axes_of(m) }.to_string();
@@ -684,7 +781,7 @@ fn sentences(diffs: &[String]) -> String {
 /// The varying axes of each operand of an equation about to be bound in the body traced
 /// as trace `id`: a value of that trace has those its jaxpr so far gives it; anything else
 /// (a constant, a literal, a value the body closed over) is invariant.
-fn operand_vmas(id: u64, mesh: &Mesh, specs: &[PartitionSpec], operands: &[Operand]) -> Vec<Vma> {
+fn operand_vmas(id: u64, mesh: &Mesh, ins: &[Vma], operands: &[Operand]) -> Vec<Vma> {
     let outs: Vec<Option<crate::trace::Tracer>> = operands
         .iter()
         .map(|o| match o {
@@ -692,14 +789,22 @@ fn operand_vmas(id: u64, mesh: &Mesh, specs: &[PartitionSpec], operands: &[Opera
             _ => None,
         })
         .collect();
+    // A value of an enclosing trace becomes a constant of this one: its own axes.
+    let outer = |o: &Operand| match o {
+        Operand::Array(Array(crate::trace::array::Repr::Tracer(t))) => tracer_vma(t).map(|(_, m, _)| m).unwrap_or(0),
+        _ => 0,
+    };
     let vars: Vec<crate::ir::Var> = outs.iter().flatten().map(|t| t.var.clone()).collect();
-    let Some(j) = crate::trace::trace_jaxpr_with_outs(id, vars) else { return vec![0; operands.len()] };
-    if specs.len() != j.invars.len() {
+    let Some(j) = crate::trace::trace_jaxpr_with_outs(id, vars) else { return operands.iter().map(outer).collect() };
+    if ins.len() != j.invars.len() {
         return vec![0; operands.len()];
     }
-    let ins: Vec<Vma> = specs.iter().map(|s| spec_mask(mesh, s)).collect();
-    let mut vmas = output_vma(&j, &ins, mesh).into_iter();
-    outs.iter().map(|t| if t.is_some() { vmas.next().unwrap_or(0) } else { 0 }).collect()
+    let env = vma_env(&j, ins, &const_vmas(id), mesh);
+    let mut vmas = j.outvars.iter().map(|a| match a {
+        Atom::Var(v) => env.get(&v.id).copied().unwrap_or(0),
+        Atom::Lit(_) => 0,
+    });
+    outs.iter().zip(operands).map(|(t, o)| if t.is_some() { vmas.next().unwrap_or(0) } else { outer(o) }).collect()
 }
 
 /// JAX's check of out_specs that assert replication (`check_vma`).
