@@ -114,20 +114,23 @@ fn flat_of<T: Pytree>(t: &T) -> Flat {
 fn trace_fn<A: Pytree, O: TraceOutput>(name: &str, f: &dyn Fn(A) -> O, arg: &Flat) -> Result<(OpenJaxpr, Flat)> {
     // The body's arguments have the operands' types (carries their initial values'), so
     // that `typeof_` inside shows their shardings.
-    let vmas = arg
-        .leaves
-        .iter()
-        .map(|l| match l {
-            ArgLeaf::Value(a) => leaf_vma(a),
-            ArgLeaf::Spec(_) => vec![],
-        })
-        .collect();
-    trace_fn_typed(name, f, arg, crate::sharding_types::leaf_types(arg), vmas, 0)
+    trace_fn_typed(name, f, arg, crate::sharding_types::leaf_types(arg), leaf_vmas(arg), 0)
 }
 
 /// The mesh axes `a` varies over in the `shard_map` body being traced (none elsewhere).
 fn leaf_vma(a: &Array) -> Vec<String> {
     crate::transform::shard_map::vma_of(a).map(|(_, v)| v).unwrap_or_default()
+}
+
+/// [`leaf_vma`] of each leaf of `arg` (none for a leaf that is only a type).
+fn leaf_vmas(arg: &Flat) -> Vec<Vec<String>> {
+    arg.leaves
+        .iter()
+        .map(|l| match l {
+            ArgLeaf::Value(a) => leaf_vma(a),
+            ArgLeaf::Spec(_) => vec![],
+        })
+        .collect()
 }
 
 /// [`trace_fn`] with the arguments' sharding types given (`types[i]` for leaf i: a scan
@@ -386,14 +389,7 @@ fn scan_impl<C: Pytree, X: Pytree, Y: Pytree, O: TraceOutput<Out = (C, Y)>>(
         }
         Some(t)
     }));
-    let mut vmas: Vec<Vec<String>> = cflat
-        .leaves
-        .iter()
-        .map(|l| match l {
-            ArgLeaf::Value(a) => leaf_vma(a),
-            ArgLeaf::Spec(_) => vec![],
-        })
-        .collect();
+    let mut vmas = leaf_vmas(&cflat);
     vmas.extend(xl.iter().map(leaf_vma));
     let (j, out) = trace_fn_typed("scan body", &f, &arg, types, vmas, usize::from(first_carry.is_some()))?;
     let carry_leaves = leaves(&cflat)?;

@@ -508,30 +508,12 @@ fn vma_env(j: &Jaxpr, ins: &[Vma], consts: &[Vma], mesh: &Mesh) -> std::collecti
             Primitive::Collective(c) => vec![union | axes_mask(mesh, c.axes()); e.outputs.len()],
             Primitive::Scan { jaxpr, num_consts, num_carry, .. } if eins.len() == jaxpr.invars.len() => {
                 let (nc, nk) = (*num_consts, *num_carry);
-                let mut body_in = eins.clone();
-                let mut outs = output_vma(jaxpr, &body_in, mesh);
-                for _ in 0..=nk {
-                    let grown: Vec<Vma> = (0..nk).map(|k| body_in[nc + k] | outs[k]).collect();
-                    if grown == body_in[nc..nc + nk] {
-                        break;
-                    }
-                    body_in[nc..nc + nk].copy_from_slice(&grown);
-                    outs = output_vma(jaxpr, &body_in, mesh);
-                }
-                (0..nk).map(|k| body_in[nc + k]).chain(outs[nk..].iter().copied()).collect()
+                let body_in = scan_body_ins(jaxpr, &eins, nc, nk, mesh);
+                let outs = output_vma(jaxpr, &body_in, mesh);
+                body_in[nc..nc + nk].iter().chain(&outs[nk..]).copied().collect()
             }
             Primitive::While { body_jaxpr, cond_nconsts, body_nconsts, .. } if eins.len() == cond_nconsts + body_jaxpr.invars.len() => {
-                let mut body_in = eins[*cond_nconsts..].to_vec();
-                let bc = *body_nconsts;
-                for _ in 0..=body_in.len() {
-                    let outs = output_vma(body_jaxpr, &body_in, mesh);
-                    let grown: Vec<Vma> = body_in[bc..].iter().zip(&outs).map(|(a, b)| a | b).collect();
-                    if grown == body_in[bc..] {
-                        break;
-                    }
-                    body_in[bc..].copy_from_slice(&grown);
-                }
-                body_in[bc..].to_vec()
+                while_body_ins(body_jaxpr, &eins[*cond_nconsts..], *body_nconsts, mesh)[*body_nconsts..].to_vec()
             }
             Primitive::Cond { branches } if !eins.is_empty() && branches.iter().all(|b| b.invars.len() == eins.len() - 1) => {
                 let mut outs = vec![eins[0]; e.outputs.len()];
@@ -549,6 +531,37 @@ fn vma_env(j: &Jaxpr, ins: &[Vma], consts: &[Vma], mesh: &Mesh) -> std::collecti
         }
     }
     env
+}
+
+/// The varying axes of a scan body's arguments (consts, carries, xs) given the scan's
+/// operands' `eins`: a carry varies where its initial value or the body's result for it
+/// does (iterated to a fixed point).
+fn scan_body_ins(jaxpr: &Jaxpr, eins: &[Vma], nc: usize, nk: usize, mesh: &Mesh) -> Vec<Vma> {
+    let mut body_in = eins.to_vec();
+    for _ in 0..=nk {
+        let outs = output_vma(jaxpr, &body_in, mesh);
+        let grown: Vec<Vma> = (0..nk).map(|k| body_in[nc + k] | outs[k]).collect();
+        if grown == body_in[nc..nc + nk] {
+            break;
+        }
+        body_in[nc..nc + nk].copy_from_slice(&grown);
+    }
+    body_in
+}
+
+/// The varying axes of a while_loop body's arguments (its `bc` consts, then the carries)
+/// given `ins` (the same, from the operands), as [`scan_body_ins`].
+fn while_body_ins(body: &Jaxpr, ins: &[Vma], bc: usize, mesh: &Mesh) -> Vec<Vma> {
+    let mut body_in = ins.to_vec();
+    for _ in 0..=body_in.len() {
+        let outs = output_vma(body, &body_in, mesh);
+        let grown: Vec<Vma> = body_in[bc..].iter().zip(&outs).map(|(a, b)| a | b).collect();
+        if grown == body_in[bc..] {
+            break;
+        }
+        body_in[bc..].copy_from_slice(&grown);
+    }
+    body_in
 }
 
 /// For the jaxpr printer: the variables of `p`'s body, and of the loop and `cond` bodies
@@ -584,31 +597,12 @@ fn annotate(j: &Jaxpr, ins: &[Vma], mesh: &Mesh, out: &mut Vec<(usize, crate::ir
         let eins: Vec<Vma> = e.inputs.iter().map(get).collect();
         match &e.primitive {
             Primitive::Scan { jaxpr, num_consts, num_carry, .. } if eins.len() == jaxpr.invars.len() => {
-                let (nc, nk) = (*num_consts, *num_carry);
-                let mut body_in = eins.clone();
-                for _ in 0..=nk {
-                    let outs = output_vma(jaxpr, &body_in, mesh);
-                    let grown: Vec<Vma> = (0..nk).map(|k| body_in[nc + k] | outs[k]).collect();
-                    if grown == body_in[nc..nc + nk] {
-                        break;
-                    }
-                    body_in[nc..nc + nk].copy_from_slice(&grown);
-                }
-                annotate(jaxpr, &body_in, mesh, out);
+                annotate(jaxpr, &scan_body_ins(jaxpr, &eins, *num_consts, *num_carry, mesh), mesh, out);
             }
             Primitive::While { cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts } if eins.len() == cond_nconsts + body_jaxpr.invars.len() => {
-                let mut body_in = eins[*cond_nconsts..].to_vec();
-                let bc = *body_nconsts;
-                for _ in 0..=body_in.len() {
-                    let outs = output_vma(body_jaxpr, &body_in, mesh);
-                    let grown: Vec<Vma> = body_in[bc..].iter().zip(&outs).map(|(a, b)| a | b).collect();
-                    if grown == body_in[bc..] {
-                        break;
-                    }
-                    body_in[bc..].copy_from_slice(&grown);
-                }
+                let body_in = while_body_ins(body_jaxpr, &eins[*cond_nconsts..], *body_nconsts, mesh);
                 let mut cond_in = eins[..*cond_nconsts].to_vec();
-                cond_in.extend_from_slice(&body_in[bc..]);
+                cond_in.extend_from_slice(&body_in[*body_nconsts..]);
                 annotate(body_jaxpr, &body_in, mesh, out);
                 if cond_in.len() == cond_jaxpr.invars.len() {
                     annotate(cond_jaxpr, &cond_in, mesh, out);
