@@ -407,8 +407,9 @@ pub(crate) fn enter_nested(arg_axes: &[Vec<String>]) -> Option<BodyGuard> {
 /// the mesh, the axes as a bit set, and `check_vma`. Values the trace closed over have
 /// those of the trace they come from (none for a trace not marked, e.g. constants).
 fn tracer_vma(t: &crate::trace::Tracer) -> Option<(Mesh, Vma, bool)> {
+    // The marked traces first: cheap, and nothing to do outside a body (no jaxpr copied).
+    let (mesh, ins, check) = BODIES.with(|b| b.borrow().iter().rev().find(|(i, ..)| *i == t.trace_id).map(|(_, m, s, c)| (m.clone(), s.clone(), *c)))?;
     let (id, j) = crate::trace::partial_jaxpr(t)?;
-    let (mesh, ins, check) = BODIES.with(|b| b.borrow().iter().rev().find(|(i, ..)| *i == id).map(|(_, m, s, c)| (m.clone(), s.clone(), *c)))?;
     if ins.len() != j.invars.len() {
         return None;
     }
