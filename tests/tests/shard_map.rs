@@ -556,7 +556,7 @@ fn loop_carries_and_cond_branches_keep_their_varying_axes() {
         lax::cond(&p, move |_: ()| lax::fori_loop(0, 2, |(_, d): (Array, Array)| d + &b2, jnp::zeros(&[2], DType::F32)), |_: ()| lax::pcast(&jnp::zeros(&[2], DType::F32), "i", "varying"), ())
     }));
     assert!(e.contains(inner_loop), "{e}");
-    let e = err(sm(|b| {
+    let e = err(sm(|_b| {
         let init = lax::pcast(&jnp::zeros(&[2], DType::F32), "i", "varying")?;
         lax::fori_loop(0, 2, |(_, c): (Array, Array)| -> Result<Array> {
             let y = lax::cond(&c.index(s![0]).gt(5.0), |y: Array| y * 2.0, |_: Array| jnp::zeros(&[2], DType::F32), c.clone())?;

@@ -710,10 +710,6 @@ pub(crate) fn check_control_vma(prim: &Primitive, operands: &[Operand], kind: Co
     if diffs.is_empty() {
         return Ok(());
     }
-    let what = match kind {
-        ControlKind::WhileLoop => "while_loop body",
-        _ => what,
-    };
     let hints: String = hints.iter().map(|h| format!("{h}\n")).collect();
     Err(Error::type_error(format!(
         "{what} function carry input and carry output must have equal types, but they differ:\n\n{}\n{hints}Revise the function so that all output types match the corresponding input types.",
