@@ -96,7 +96,12 @@ impl MlirContext {
 /// Locks the process-wide MLIR context (creating it on first use, ~10 ms).
 pub fn context() -> MutexGuard<'static, MlirContext> {
     static CTX: OnceLock<Mutex<MlirContext>> = OnceLock::new();
-    CTX.get_or_init(|| Mutex::new(MlirContext::new())).lock().unwrap_or_else(|e| e.into_inner())
+    CTX.get_or_init(|| {
+        super::orc::warm_up();
+        Mutex::new(MlirContext::new())
+    })
+    .lock()
+    .unwrap_or_else(|e| e.into_inner())
 }
 
 /// Locks the background compiler's own MLIR context (tiered compilation's worker), so

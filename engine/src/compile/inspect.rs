@@ -6,9 +6,10 @@
 //! optimized with the new pass manager's `default<On>` pipeline (`LLVMRunPasses`, the
 //! pipeline the ExecutionEngine runs at the same level) and emitted as assembly by a
 //! target machine for the host triple, CPU name and features
-//! (`LLVMTargetMachineEmitToMemoryBuffer`, AT&T syntax on x86-64). The JIT builds its
-//! target machine from the same host description, so the text is the code that runs, up to
-//! the JIT's relocation model and symbol addresses.
+//! (`LLVMTargetMachineEmitToMemoryBuffer`, AT&T syntax on x86-64). The shared JIT
+//! (`orc`) builds its target machines from the same host description, relocation model
+//! (PIC) and code model (small), so the text is the code that runs, up to the packed entry
+//! and symbol addresses.
 //!
 //! Pass diffs parse the module the compile stage parses (with the entry wrapper), split the
 //! two textual pipelines (`context::PIPELINE_TO_LOOPS`, `PIPELINE_TO_LLVM`) into their
@@ -126,7 +127,7 @@ enum Emit {
     /// Assembly text.
     Assembly,
     /// The summed size of the object file's executable (`.text*`, and `.ltext*` of the large
-    /// code model the JIT uses) sections, as decimal text.
+    /// code model) sections, as decimal text.
     CodeSize,
 }
 
@@ -153,8 +154,9 @@ fn emit(module: &Module, opt_level: u8, what: Emit, diags: &Diagnostics) -> Resu
             cleanup_strings(triple, cpu, features);
             return Err(Error::compile(format!("no LLVM target for the host: {msg}")));
         }
-        // LLVMCodeGenOptLevel = level, LLVMRelocDefault = 0, LLVMCodeModelJITDefault = 1.
-        let tm = LLVMCreateTargetMachine(target, triple, cpu, features, level as u32, 0, 1);
+        // LLVMCodeGenOptLevel = level, LLVMRelocPIC = 2, LLVMCodeModelSmall = 3: the
+        // shared JIT's target machines (`orc`).
+        let tm = LLVMCreateTargetMachine(target, triple, cpu, features, level as u32, 2, 3);
         let llctx = LLVMContextCreate();
         let m = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module.to_raw()), llctx);
         let result = if m.is_null() {
@@ -191,7 +193,7 @@ fn emit(module: &Module, opt_level: u8, what: Emit, diags: &Diagnostics) -> Resu
                         let mut size = 0u64;
                         while LLVMObjectFileIsSectionIteratorAtEnd(bin, si) == 0 {
                             let name = LLVMGetSectionName(si);
-                            // The JIT's large code model puts code in `.ltext` (x86-64), others in `.text`.
+                            // The large code model puts code in `.ltext` (x86-64), others in `.text`.
                             let n = if name.is_null() { &b""[..] } else { CStr::from_ptr(name).to_bytes() };
                             if n.starts_with(b".text") || n.starts_with(b".ltext") {
                                 size += LLVMGetSectionSize(si);

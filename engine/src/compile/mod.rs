@@ -79,9 +79,11 @@ pub struct CompileTimes {
     pub parse: f64,
     /// Both pass pipelines (tensors → loops → LLVM dialect).
     pub passes: f64,
-    /// `mlirExecutionEngineCreate`: translation to LLVM IR and LLVM's optimisation passes.
+    /// `mlirExecutionEngineCreate`: translation to LLVM IR and LLVM's optimisation passes;
+    /// at tier 1 in the shared JIT, translation and code generation to an object.
     pub engine: f64,
-    /// Symbol registration, `Initialize` and the first lookup (ORC's lazy codegen and link).
+    /// Symbol registration, `Initialize` and the first lookup (ORC's lazy codegen and
+    /// link); at tier 1 in the shared JIT, linking the object.
     pub codegen: f64,
 }
 
@@ -138,9 +140,10 @@ pub struct Executable {
     /// name of its executions in profiles.
     name: String,
     site: crate::runtime::memory::SiteId,
-    /// The object file of the compiled code, kept for the persistent compilation cache
-    /// (compiled with `keep_object`; taken when the entry is written).
-    pub(crate) object: Option<Vec<u8>>,
+    /// The object file of the compiled code and the symbol of its packed entry, kept for
+    /// the persistent compilation cache (compiled with `keep_object`; taken when the entry
+    /// is written).
+    pub(crate) object: Option<(Vec<u8>, String)>,
     /// Compiled by the parallel (OpenMP) pipeline: its code calls libomp.
     parallel: bool,
 }
@@ -152,6 +155,8 @@ enum Code {
     Engine(Engine),
     /// Linked from a persistent compilation cache entry.
     Loaded(orc::LoadedCode),
+    /// Compiled into the process-wide JIT (`orc::compile_object`).
+    Shared(orc::JitCode),
 }
 
 // SAFETY: the engine's compiled functions are plain reentrant code (no global state; the
@@ -337,28 +342,45 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     context::allow_fp_contraction(ctx, &m);
     t.passes = t1.elapsed().as_secs_f64();
 
-    let t2 = Instant::now();
-    let libs: &[&str] = if par { &[parallel::LIBOMP] } else { &[] };
-    let engine = Engine::create(&m, opts.opt_level, libs, keep_object).map_err(|e| diags.error(&e))?;
-    if par {
-        parallel::configure_libomp();
-    }
-    t.engine = t2.elapsed().as_secs_f64();
+    let (code, entry, object) = if shared_jit_enabled() {
+        // The process-wide JIT (no per-executable target machine or LLJIT).
+        let libomp = par.then_some(parallel::LIBOMP);
+        let c = orc::compile_object(&m, opts.opt_level, &format!("_mlir_ciface_{ENTRY}"), libomp, keep_object).map_err(|e| diags.error(&e))?;
+        if par {
+            parallel::configure_libomp();
+        }
+        t.engine = c.emit_secs;
+        t.codegen = c.link_secs;
+        // SAFETY: the packed wrapper has the signature `void(void**)`; `code` keeps it alive.
+        let entry = unsafe { std::mem::transmute::<*mut c_void, PackedFn>(c.entry) };
+        (Code::Shared(c.code), entry, c.object)
+    } else {
+        let t2 = Instant::now();
+        let libs: &[&str] = if par { &[parallel::LIBOMP] } else { &[] };
+        let engine = Engine::create(&m, opts.opt_level, libs, keep_object).map_err(|e| diags.error(&e))?;
+        if par {
+            parallel::configure_libomp();
+        }
+        t.engine = t2.elapsed().as_secs_f64();
 
-    let t3 = Instant::now();
-    for (name, ptr) in runtime_symbols() {
-        // SAFETY: `symbols()` pairs each name with the extern "C" fn of the signature the
-        // lowering declares for it; they are plain functions, valid forever.
-        unsafe { engine.register_symbol(&name, ptr) };
-    }
-    engine.initialize();
-    let ptr = engine.lookup_packed(&format!("_mlir_ciface_{ENTRY}"));
-    if ptr.is_null() {
-        return Err(diags.error("the compiled entry `_mlir_ciface_jaxrepl_entry` was not found (unresolved symbols?)"));
-    }
-    // SAFETY: a packed MLIR wrapper has the signature `void(void**)`.
-    let entry: PackedFn = unsafe { std::mem::transmute::<*mut c_void, PackedFn>(ptr) };
-    t.codegen = t3.elapsed().as_secs_f64();
+        let t3 = Instant::now();
+        for (name, ptr) in runtime_symbols() {
+            // SAFETY: `symbols()` pairs each name with the extern "C" fn of the signature
+            // the lowering declares for it; they are plain functions, valid forever.
+            unsafe { engine.register_symbol(&name, ptr) };
+        }
+        engine.initialize();
+        let ptr = engine.lookup_packed(&format!("_mlir_ciface_{ENTRY}"));
+        if ptr.is_null() {
+            return Err(diags.error("the compiled entry `_mlir_ciface_jaxrepl_entry` was not found (unresolved symbols?)"));
+        }
+        // SAFETY: a packed MLIR wrapper has the signature `void(void**)`.
+        let entry: PackedFn = unsafe { std::mem::transmute::<*mut c_void, PackedFn>(ptr) };
+        t.codegen = t3.elapsed().as_secs_f64();
+        // The object is read back only for the cache; a failure just leaves it out.
+        let object = keep_object.then(|| persistent::read_object(&engine)).flatten().map(|o| (o, PACKED_ENTRY.to_string()));
+        (Code::Engine(engine), entry, object)
+    };
     if compile_times_env() {
         eprintln!(
             "jaxrepl compile {} O{}{}: parse {:.2} passes {:.2} engine {:.2} codegen {:.2} total {:.2} ms",
@@ -372,8 +394,6 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
             t.total() * 1e3
         );
     }
-    // The object is read back only for the cache; a failure just leaves it out.
-    let object = keep_object.then(|| persistent::read_object(&engine)).flatten();
 
     // SAFETY: the module lives in the process-wide context, which is never dropped, and is
     // only used or destroyed while that context's lock is held. A background compile's
@@ -388,7 +408,7 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
     drop(diags);
     drop(guard);
     Ok(Some(Executable {
-        code: Code::Engine(engine),
+        code,
         entry,
         in_avals: module.in_avals.clone(),
         out_avals: module.out_avals.clone(),
@@ -421,6 +441,18 @@ fn compile_times_env() -> bool {
     *ON.get_or_init(|| std::env::var_os("JAXREPL_COMPILE_TIMES").is_some())
 }
 
+/// The packed entry's symbol in an object compiled by MLIR's ExecutionEngine (persistent
+/// cache entries written before the shared JIT, or with `JAXREPL_SHARED_JIT=0`).
+pub(crate) const PACKED_ENTRY: &str = "_mlir__mlir_ciface_jaxrepl_entry";
+
+/// Whether compiles go to the process-wide JIT (`orc::compile_object`); the environment
+/// variable `JAXREPL_SHARED_JIT=0` (read once) gives every executable its own MLIR
+/// ExecutionEngine instead, for A/B measurements.
+pub(crate) fn shared_jit_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("JAXREPL_SHARED_JIT").map_or(true, |v| v != "0"))
+}
+
 /// All runtime symbols compiled code may call (host callbacks, `memrefCopy`, GEMM, the
 /// heap allocation functions of `memref.alloc`/`dealloc`).
 pub(crate) fn runtime_symbols() -> Vec<(String, *mut c_void)> {
@@ -431,11 +463,11 @@ pub(crate) fn runtime_symbols() -> Vec<(String, *mut c_void)> {
 /// cache entry compiled from the same module, with these `aliases`): linked by ORC, no
 /// MLIR pipeline or LLVM optimisation runs. `parallel`: the code calls libomp. `times`:
 /// `codegen` is the link time, the rest 0. Errors (`Compile`): the object does not link.
-pub(crate) fn load_executable(module: &LoweredModule, aliases: Vec<Option<usize>>, opt_level: u8, object: &[u8], parallel: bool) -> Result<Executable, Error> {
+pub(crate) fn load_executable(module: &LoweredModule, aliases: Vec<Option<usize>>, opt_level: u8, object: &[u8], entry: &str, parallel: bool) -> Result<Executable, Error> {
     let src = with_entry(module, &aliases)?;
     let t0 = Instant::now();
     let libomp = parallel.then_some(parallel::LIBOMP);
-    let (code, ptr) = orc::load_object(object, &runtime_symbols(), libomp, &format!("_mlir__mlir_ciface_{ENTRY}")).map_err(Error::compile)?;
+    let (code, ptr) = orc::load_object(object, &runtime_symbols(), libomp, entry).map_err(Error::compile)?;
     if parallel {
         parallel::configure_libomp();
     }

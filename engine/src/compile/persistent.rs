@@ -190,11 +190,11 @@ pub(crate) fn load(p: &Pending, module: &LoweredModule, opt_level: u8) -> Load {
         }
         Err(e) => return corrupt(p, format!("cannot read it: {e}")),
     };
-    let (aliases, parallel, object) = match parse(&bytes, p, module) {
+    let (aliases, parallel, entry, object) = match parse(&bytes, p, module) {
         Ok(x) => x,
         Err(why) => return corrupt(p, why),
     };
-    match load_executable(module, aliases, opt_level, object, parallel) {
+    match load_executable(module, aliases, opt_level, object, &entry, parallel) {
         Ok(exe) => {
             HITS.fetch_add(1, Ordering::Relaxed);
             let secs = t0.elapsed().as_secs_f64();
@@ -224,8 +224,10 @@ fn kib(n: usize) -> String {
     }
 }
 
-/// Checks an entry's magic, header and object hash: `(aliases, parallel, object)`.
-fn parse<'b>(bytes: &'b [u8], p: &Pending, module: &LoweredModule) -> Result<(Vec<Option<usize>>, bool, &'b [u8]), String> {
+/// Checks an entry's magic, header and object hash: `(aliases, parallel, entry symbol,
+/// object)`. An entry without `entry` in its header was written by the ExecutionEngine
+/// (`PACKED_ENTRY`).
+fn parse<'b>(bytes: &'b [u8], p: &Pending, module: &LoweredModule) -> Result<(Vec<Option<usize>>, bool, String, &'b [u8]), String> {
     let rest = bytes.strip_prefix(MAGIC).ok_or("not an entry of this engine's format")?;
     let nl = rest.iter().position(|&b| b == b'\n').ok_or("truncated header")?;
     let header: serde_json::Value = serde_json::from_slice(&rest[..nl]).map_err(|e| format!("bad header: {e}"))?;
@@ -250,7 +252,8 @@ fn parse<'b>(bytes: &'b [u8], p: &Pending, module: &LoweredModule) -> Result<(Ve
         return Err("its donated-argument aliases do not fit the module".into());
     }
     let parallel = header["parallel"].as_bool().unwrap_or(false);
-    Ok((aliases, parallel, object))
+    let entry = header["entry"].as_str().unwrap_or(super::PACKED_ENTRY).to_string();
+    Ok((aliases, parallel, entry, object))
 }
 
 /// The object file `engine` compiled (created with `keep_object`), or `None` if it
@@ -281,7 +284,7 @@ pub(crate) fn not_stored(p: &Pending, why: &str) {
 }
 
 fn store_entry(p: &Pending, exe: &mut Executable) -> String {
-    let Some(object) = exe.object.take() else {
+    let Some((object, entry)) = exe.object.take() else {
         return "not written: the compiled object could not be read back".into();
     };
     let secs = exe.times().total();
@@ -300,6 +303,7 @@ fn store_entry(p: &Pending, exe: &mut Executable) -> String {
         "opt_level": exe.opt_level,
         "aliases": exe.aliases(),
         "parallel": exe.parallel,
+        "entry": entry,
         "compile_secs": secs,
         "object_bytes": object.len(),
         "object_blake3": blake3::hash(&object).to_hex().as_str(),

@@ -1,8 +1,9 @@
 //! Tiered compilation: a quick first tier now, the optimised tier in the background.
 //!
 //! `compile_tiered` compiles a module with the same MLIR pipelines as `compile` but asks
-//! LLVM for `TIER1_OPT_LEVEL` (no IR optimisation passes, FastISel and the fast register
-//! allocator), which cuts the LLVM share of a first call several-fold. The returned
+//! LLVM for `TIER1_OPT_LEVEL` (no IR optimisation passes; code generated at LLVM's `Less`
+//! level, which forms the same fused multiply-adds as the optimised tier, see
+//! `orc::codegen_level`), which cuts the LLVM share of a first call several-fold. The returned
 //! executable carries an [`Upgrade`] slot: from its second execution on (or on
 //! [`Executable::request_upgrade`]) the module is recompiled at the requested level
 //! (default O2) on one background worker thread, in a second MLIR context of its own, so
@@ -229,6 +230,10 @@ impl Worker {
 
 unsafe extern "C" {
     fn atexit(f: extern "C" fn()) -> i32;
+    /// llvm-c/ExecutionEngine.h: the process's GDB and perf JIT listeners (function
+    /// statics in libLLVM, created on first call).
+    fn LLVMCreateGDBRegistrationListener() -> *mut std::ffi::c_void;
+    fn LLVMCreatePerfJITEventListener() -> *mut std::ffi::c_void;
 }
 
 extern "C" fn at_exit() {
@@ -252,6 +257,20 @@ fn worker() -> &'static Worker {
         if spawned.is_err() {
             w.shutdown.store(true, Ordering::Release);
         } else {
+            // Exit runs handlers in reverse order of registration, and a function static
+            // registers its destructor when first created: the statics a background
+            // compile uses must exist before `at_exit` is registered, or exit destroys them
+            // before `at_exit` waits for a compile that is using them. An ExecutionEngine
+            // (`JAXREPL_SHARED_JIT=0`) registers every object with the perf and GDB JIT
+            // listeners, function statics (the perf one crashed at exit in RTDyld's
+            // onObjEmit when first created by a background compile).
+            if !super::shared_jit_enabled() {
+                // SAFETY: return the process-wide listeners; nothing is passed or freed.
+                unsafe {
+                    LLVMCreateGDBRegistrationListener();
+                    LLVMCreatePerfJITEventListener();
+                }
+            }
             // SAFETY: registers a plain extern "C" fn with no arguments.
             unsafe { atexit(at_exit) };
         }

@@ -1,0 +1,127 @@
+//! Tier-1 (LLVM O0) code lives in one process-wide ORC JIT (`compile::orc::compile_o0`):
+//! every executable's module defines the same entry names, so many live executables must
+//! keep computing their own functions; dropping an executable removes its code; modules of
+//! the parallel (OpenMP) pipeline link against libomp there too. Results are checked
+//! against f64 references.
+
+use jax::prelude::*;
+use jax::transform::pipeline::clear_executable_cache;
+
+fn close(what: &str, got: &[f32], want: &[f64], rtol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((*g as f64 - w).abs() <= 1e-5 + rtol * w.abs(), "{what}[{i}]: got {g}, want {w}");
+    }
+}
+
+/// Resident set size in bytes (/proc/self/statm, 4 KiB pages).
+fn rss_bytes() -> usize {
+    let s = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    s.split_whitespace().nth(1).and_then(|p| p.parse::<usize>().ok()).expect("statm field") * 4096
+}
+
+/// `x * c + k` for the pair (c, k), compiled at O0 (the shared JIT's tier).
+fn affine(c: f32, k: f32, x: &Array) -> jax::transform::Compiled<Array, Array> {
+    let (c, k) = (c as f64, k as f64);
+    let f = jit(move |v: Array| (v * c + k).sin());
+    f.lower(x).unwrap().compile_with(&[("opt_level", "0")]).unwrap()
+}
+
+#[test]
+fn many_live_tier1_executables_each_compute_their_own_function() {
+    let xs: Vec<f32> = (0..37).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let x = Array::from_vec(xs.clone(), &[37]).unwrap();
+    let compiled: Vec<_> = (0..24).map(|i| affine(1.0 + i as f32 * 0.5, i as f32 * 0.125, &x)).collect();
+    for c in &compiled {
+        assert_eq!(c.opt_level(), 0);
+    }
+    // Called in reverse order of compilation, after all of them are linked.
+    for (i, c) in compiled.iter().enumerate().rev() {
+        let (cf, kf) = ((1.0 + i as f32 * 0.5) as f64, (i as f32 * 0.125) as f64);
+        let want: Vec<f64> = xs.iter().map(|&v| (v as f64 * cf + kf).sin()).collect();
+        close(&format!("executable {i}"), &c.call(&x).unwrap().to_vec::<f32>().unwrap(), &want, 1e-5);
+    }
+    // Dropping some keeps the others working.
+    let kept: Vec<_> = compiled.into_iter().enumerate().filter(|(i, _)| i % 3 == 0).collect();
+    for (i, c) in &kept {
+        let (cf, kf) = ((1.0 + *i as f32 * 0.5) as f64, (*i as f32 * 0.125) as f64);
+        let want: Vec<f64> = xs.iter().map(|&v| (v as f64 * cf + kf).sin()).collect();
+        close(&format!("kept executable {i}"), &c.call(&x).unwrap().to_vec::<f32>().unwrap(), &want, 1e-5);
+    }
+}
+
+#[test]
+fn dropped_tier1_executables_give_their_code_back() {
+    let x = Array::from_vec(vec![0.5f32; 16], &[16]).unwrap();
+    // Warm up: the JIT, the MLIR context and the allocator's arenas.
+    for i in 0..40 {
+        let c = affine(2.0 + i as f32, 0.0, &x);
+        c.call(&x).unwrap();
+        drop(c);
+        clear_executable_cache();
+    }
+    let before = rss_bytes();
+    for i in 0..400 {
+        let c = affine(100.0 + i as f32, 1.0, &x);
+        let got = c.call(&x).unwrap().to_vec::<f32>().unwrap();
+        assert!((got[0] as f64 - ((0.5 * (100.0 + i as f32)) as f64 + 1.0).sin()).abs() < 1e-4, "executable {i}: {}", got[0]);
+        // The executable cache holds every executable compiled; this drops the last one.
+        drop(c);
+        clear_executable_cache();
+    }
+    let grown = rss_bytes().saturating_sub(before) as f64 / (1 << 20) as f64;
+    // Kept code would be at least a page of text and one of data per executable
+    // (> 3 MiB for 400); the MLIR context's uniqued attributes grow a little per module.
+    assert!(grown < 24.0, "RSS grew {grown:.1} MiB over 400 compiled and dropped executables");
+}
+
+#[test]
+fn parallel_pipeline_at_o0_links_libomp_in_the_shared_jit() {
+    let n = jax::compile::parallel::PAR_MIN_WORK * 4 + 3;
+    let xs: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32) * 0.002 - 1.0).collect();
+    let x = Array::from_vec(xs.clone(), &[n]).unwrap();
+    let f = jit(|v: Array| (v.clone() * 1.5 + 0.5).tanh() * v);
+    let c = f.lower(&x).unwrap().compile_with(&[("opt_level", "0")]).unwrap();
+    assert_eq!(c.opt_level(), 0);
+    if jax::compile::parallel::num_threads() > 1 {
+        assert!(c.as_text().contains("scf.parallel"), "a {n}-element chain takes the parallel pipeline");
+    }
+    let want: Vec<f64> = xs.iter().map(|&v| ((v as f64) * 1.5 + 0.5).tanh() * v as f64).collect();
+    close("parallel O0", &c.call(&x).unwrap().to_vec::<f32>().unwrap(), &want, 1e-5);
+}
+
+/// Tier 1 (no IR optimisation) and the optimised tier give the same bits for multiply-add
+/// chains and a scan whose body adds a product: both fuse `a*b+c` into one FMA (at LLVM's
+/// `None` code generator level they would not, and a first call would differ from later
+/// ones in the last bit).
+#[test]
+fn both_tiers_give_the_same_bits_for_multiply_adds() {
+    let n = 1000;
+    let xs: Vec<f32> = (0..n).map(|i| ((i * 7919 % 113) as f32 / 113.0) * 4.0 - 2.0).collect();
+    let x = Array::from_vec(xs, &[n]).unwrap();
+    let f = jit(|v: Array| (&v * 0.37 + 0.11) * &v + 1.3);
+    let c = f.lower(&x).unwrap().compile().unwrap();
+    assert_eq!(c.tier(), 1);
+    let t1 = c.call(&x).unwrap().to_vec::<f32>().unwrap();
+    assert!(c.wait_optimized(std::time::Duration::from_secs(300)), "{:?}", c.optimized_tier_error());
+    let t2 = c.call(&x).unwrap().to_vec::<f32>().unwrap();
+    let differ = (0..n).filter(|&i| t1[i].to_bits() != t2[i].to_bits()).count();
+    assert_eq!(differ, 0, "{differ} of {n} elements differ between the tiers");
+
+    let xs = Array::from_vec((0..96).map(|i| ((i * 31 % 97) as f32 / 97.0) * 2.0 - 1.0).collect::<Vec<f32>>(), &[6, 16]).unwrap();
+    let c0 = jnp::zeros(&[16], DType::F32);
+    let s = jit(|(c, xs): (Array, Array)| -> Result<(Array, Array)> {
+        lax::scan(|(c, x): (Array, Array)| -> Result<(Array, Array)> {
+            let c2 = &c * 0.5 + x.tanh();
+            Ok((c2.clone(), &c2 * 2.0))
+        }, c, xs, None, false, 1)
+    });
+    let c = s.lower((&c0, &xs)).unwrap().compile().unwrap();
+    assert_eq!(c.tier(), 1);
+    let (a1, y1) = c.call((&c0, &xs)).unwrap();
+    assert!(c.wait_optimized(std::time::Duration::from_secs(300)), "{:?}", c.optimized_tier_error());
+    let (a2, y2) = c.call((&c0, &xs)).unwrap();
+    let bits = |a: &Array| a.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&a1), bits(&a2), "scan carry differs between the tiers");
+    assert_eq!(bits(&y1), bits(&y2), "scan ys differ between the tiers");
+}
