@@ -85,7 +85,7 @@ fn child_process() {
     println!("TIER={tier}");
     // The inspection views work on a loaded executable too (its LLVM module is rebuilt).
     let asm = cf.as_text_stage(jax::transform::stages::Stage::Asm).unwrap();
-    println!("ASM={}", asm.contains("jaxrepl_entry"));
+    println!("ASM={}", asm.contains("jaxrepl_packed"));
     for line in report.lines().filter(|l| l.contains("| persistent: ")) {
         println!("EXPLAIN={line}");
     }

@@ -1,4 +1,4 @@
-//! Tier-1 (LLVM O0) code lives in one process-wide ORC JIT (`compile::orc::compile_o0`):
+//! Compiled code lives in one process-wide ORC JIT (`compile::orc::compile_object`):
 //! every executable's module defines the same entry names, so many live executables must
 //! keep computing their own functions; dropping an executable removes its code; modules of
 //! the parallel (OpenMP) pipeline link against libomp there too. Results are checked
@@ -124,4 +124,45 @@ fn both_tiers_give_the_same_bits_for_multiply_adds() {
     let bits = |a: &Array| a.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&a1), bits(&a2), "scan carry differs between the tiers");
     assert_eq!(bits(&y1), bits(&y2), "scan ys differ between the tiers");
+}
+
+/// Integer `pow` lowers through `math.ipowi`, which MLIR expands into a `linkonce_odr`
+/// helper function in every module using it. Each module keeps its own copy in the shared
+/// JIT (made internal): dropping the first executable must not unmap code the second
+/// one calls.
+#[test]
+fn shared_helper_functions_stay_private_to_their_executable() {
+    let x = Array::from_vec((0..12).map(|i| i - 5).collect::<Vec<i32>>(), &[12]).unwrap();
+    let y = Array::from_vec((0..12).map(|i| i % 4).collect::<Vec<i32>>(), &[12]).unwrap();
+    let first = jit(|(v, y): (Array, Array)| v.pow(&y)).lower((&x, &y)).unwrap().compile_with(&[("opt_level", "0")]).unwrap();
+    let second = jit(|(v, y): (Array, Array)| v.pow(&y) + 1).lower((&x, &y)).unwrap().compile_with(&[("opt_level", "0")]).unwrap();
+    assert!(second.asm().unwrap().contains("ipowi"), "the module has MLIR's ipowi helper");
+    let want1: Vec<i32> = (0..12).map(|i: i32| (i - 5).pow((i % 4) as u32)).collect();
+    let want2: Vec<i32> = want1.iter().map(|v| v + 1).collect();
+    assert_eq!(first.call((&x, &y)).unwrap().to_vec::<i32>().unwrap(), want1);
+    assert_eq!(second.call((&x, &y)).unwrap().to_vec::<i32>().unwrap(), want2);
+    drop(first);
+    clear_executable_cache();
+    for _ in 0..3 {
+        assert_eq!(second.call((&x, &y)).unwrap().to_vec::<i32>().unwrap(), want2);
+    }
+}
+
+/// At O2 the optimiser inlines the entry into the packed wrapper; the wrapper carries the
+/// entry's attributes, so `prefer-vector-width=512` still holds and an f32 chain is
+/// vectorised with zmm registers on an AVX-512 host (the assembly is emitted as the JIT
+/// compiles: same wrapper, linkage and code generator level).
+#[test]
+fn optimised_code_keeps_512_bit_vectors_on_avx512_hosts() {
+    let avx512 = std::fs::read_to_string("/proc/cpuinfo").map(|c| c.split_whitespace().any(|w| w == "avx512f")).unwrap_or(false);
+    let x = Array::from_vec((0..4096).map(|i| i as f32 * 0.001).collect::<Vec<f32>>(), &[4096]).unwrap();
+    let c = jit(|v: Array| (&v * 1.5 + 0.5).tanh() * &v).lower(&x).unwrap().compile_with(&[("opt_level", "2")]).unwrap();
+    let asm = c.asm().unwrap();
+    assert!(asm.contains("jaxrepl_packed"), "the assembly has the packed entry");
+    if avx512 && std::env::var_os("JAXREPL_PREFER_VECTOR_WIDTH").is_none() {
+        assert!(asm.contains("zmm"), "no 512-bit vectors at O2 on an AVX-512 host");
+    }
+    let got = c.call(&x).unwrap().to_vec::<f32>().unwrap();
+    let want: Vec<f64> = (0..4096).map(|i| { let v = (i as f32 * 0.001) as f64; (v * 1.5 + 0.5).tanh() * v }).collect();
+    close("tanh chain O2", &got, &want, 1e-5);
 }

@@ -64,12 +64,31 @@ pub fn run_to_loops(ctx: &Context, module: &mut Module, diags: &Diagnostics) -> 
     Ok(())
 }
 
-/// The passes from loops on memrefs to the LLVM dialect. `convert-math-to-funcs` expands
-/// `math.ipowi`; `convert-math-to-libm` catches every math op without an LLVM intrinsic.
-pub const PIPELINE_TO_LLVM: &str = "builtin.module(convert-math-to-funcs,lower-affine,convert-scf-to-cf,\
+/// The passes from loops on memrefs to the LLVM dialect, after [`PIPELINE_MATH_TO_FUNCS`]
+/// (`run_to_llvm`). `convert-math-to-libm` catches every math op without an LLVM
+/// intrinsic.
+pub const PIPELINE_TO_LLVM: &str = "builtin.module(lower-affine,convert-scf-to-cf,\
 expand-strided-metadata,lower-affine,finalize-memref-to-llvm{use-generic-functions=true},convert-math-to-llvm,convert-math-to-libm,arith-expand{include-bf16=true},\
 convert-arith-to-llvm,convert-index-to-llvm,convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,\
 reconcile-unrealized-casts)";
+
+/// `convert-math-to-funcs`, which expands `math.ipowi` (integer `pow`) into a helper
+/// function. Run before the `*_TO_LLVM` pipelines, only on modules that have the op, and
+/// never from a cached pass manager (`run_pipeline`): MLIR's pass keeps the helpers it
+/// created in a member map across runs, so a reused pass called a helper of an earlier,
+/// destroyed module (a crash in `func::CallOp::create` at the second module with
+/// `math.ipowi` in a process).
+pub const PIPELINE_MATH_TO_FUNCS: &str = "builtin.module(convert-math-to-funcs)";
+
+/// Runs [`PIPELINE_MATH_TO_FUNCS`] when `src` (the module's text before the pipelines)
+/// has `math.ipowi`, then `pipeline` (`PIPELINE_TO_LLVM` or the parallel path's).
+/// Errors: as `run_pipeline`.
+pub fn run_to_llvm(ctx: &Context, module: &mut Module, pipeline: &str, src: &str, diags: &Diagnostics) -> Result<(), Error> {
+    if src.contains("math.ipowi") {
+        run_pipeline(ctx, module, PIPELINE_MATH_TO_FUNCS, diags)?;
+    }
+    run_pipeline(ctx, module, pipeline, diags)
+}
 
 /// The process's MLIR context. Sound to send between threads because every use goes
 /// through the `Mutex` in `context()`, one thread at a time.
@@ -206,7 +225,7 @@ pub fn run_pipeline(ctx: &Context, module: &mut Module, pipeline: &str, diags: &
     PIPELINE_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let timing = std::env::var_os("JAXREPL_PASS_TIMING").is_some();
     let key = ctx.to_raw().ptr as usize;
-    let cacheable = !timing && !pipeline.contains("transform-interpreter") && process_contexts().lock().unwrap_or_else(|e| e.into_inner()).contains(&key);
+    let cacheable = !timing && !pipeline.contains("transform-interpreter") && !pipeline.contains("convert-math-to-funcs") && process_contexts().lock().unwrap_or_else(|e| e.into_inner()).contains(&key);
     if cacheable {
         let cached = pm_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&(key, pipeline.to_string())).map(|p| p.0);
         let raw = match cached {

@@ -1,19 +1,20 @@
 //! Compilation: a `LoweredModule` becomes native code through MLIR's pass pipelines and
-//! ExecutionEngine, and runs on host buffers.
+//! one process-wide ORC JIT (`orc`; an MLIR ExecutionEngine per executable with
+//! `JAXREPL_SHARED_JIT=0`), and runs on host buffers.
 //!
 //! The compile stage adds the calling convention: `@main` is made private and called from
 //! `@jaxrepl_entry(memref args.., memref outs..)` in destination-passing style
 //! (`bufferization.to_tensor %m restrict` for inputs, `materialize_in_destination .. restrict
 //! writable` for results, `llvm.emit_c_interface`), so after inlining and bufferization
 //! results are written straight into caller-allocated buffers. The packed wrapper of
-//! `_mlir_ciface_jaxrepl_entry` is looked up once; `execute` passes it pointers to
+//! `_mlir_ciface_jaxrepl_entry` (`void(void**)`) is looked up once; `execute` passes it pointers to
 //! ranked memref descriptors built as i64 words.
 //!
 //! Donated arguments that alias an output (`tf.aliasing_output`) are written in place:
 //! the entry has no `%out` parameter for that output and computes it in the argument's
 //! memref (see `with_entry`).
 //!
-//! Invariants: an `Executable` only exists with a live engine and a non-null entry; every
+//! Invariants: an `Executable` only exists with its live code and a non-null entry; every
 //! execution checks argument count, shapes and dtypes first (compiled code trusts them);
 //! outputs are fresh (pooled, unzeroed: compiled code writes every byte) or given
 //! buffers; inputs are never written, except a donated buffer handed over as its aliased
@@ -79,11 +80,13 @@ pub struct CompileTimes {
     pub parse: f64,
     /// Both pass pipelines (tensors → loops → LLVM dialect).
     pub passes: f64,
-    /// `mlirExecutionEngineCreate`: translation to LLVM IR and LLVM's optimisation passes;
-    /// at tier 1 in the shared JIT, translation and code generation to an object.
+    /// In the shared JIT (`orc`): translation to LLVM IR, LLVM's optimisation passes and
+    /// code generation to an object; with an ExecutionEngine (`JAXREPL_SHARED_JIT=0`),
+    /// `mlirExecutionEngineCreate` (translation and LLVM's optimisation passes).
     pub engine: f64,
-    /// Symbol registration, `Initialize` and the first lookup (ORC's lazy codegen and
-    /// link); at tier 1 in the shared JIT, linking the object.
+    /// In the shared JIT: linking the object and looking up the entry; with an
+    /// ExecutionEngine: symbol registration, `Initialize` and the first lookup (ORC's lazy
+    /// code generation and link).
     pub codegen: f64,
 }
 
@@ -96,7 +99,8 @@ impl CompileTimes {
 
 type PackedFn = unsafe extern "C" fn(*mut *mut c_void);
 
-/// A compiled computation: owns its ExecutionEngine and the looked-up entry.
+/// A compiled computation: owns its native code (in the shared JIT, an ExecutionEngine
+/// or a loaded cache entry) and the looked-up entry.
 pub struct Executable {
     /// Owns the compiled code `entry` points into; only ever dropped (after every call).
     #[allow(dead_code)]
@@ -240,9 +244,9 @@ fn with_entry(m: &LoweredModule, aliases: &[Option<usize>]) -> Result<String, Er
     Ok(format!("{head}{s}}}\n"))
 }
 
-/// Compiles `module`: parses it with the entry wrapper, runs the pass pipelines, creates the
-/// ExecutionEngine at `opts.opt_level`, registers the runtime callback symbols and looks up
-/// the entry once.
+/// Compiles `module`: parses it with the entry wrapper, runs the pass pipelines, compiles
+/// the LLVM-dialect module at `opts.opt_level` into the shared JIT (`orc::compile_object`;
+/// runtime symbols are defined there once) and looks up the entry once.
 ///
 /// Errors (`ErrorKind::Compile`): the text does not parse, a pass fails (message carries
 /// MLIR's diagnostics), the engine cannot be created, or the entry cannot be found.
@@ -334,18 +338,18 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         run_pipeline(ctx, &mut m, parallel::PIPELINE_PAR_TO_LOOPS, &diags)?;
         inplace::outputs_in_place(&m);
         let _ = optimized_ir.set(m.as_operation().to_string());
-        run_pipeline(ctx, &mut m, parallel::PIPELINE_PAR_TO_LLVM, &diags)?;
+        context::run_to_llvm(ctx, &mut m, parallel::PIPELINE_PAR_TO_LLVM, &src, &diags)?;
     } else {
         context::run_to_loops(ctx, &mut m, &diags)?;
-        run_pipeline(ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
+        context::run_to_llvm(ctx, &mut m, context::PIPELINE_TO_LLVM, &src, &diags)?;
     }
     context::allow_fp_contraction(ctx, &m);
     t.passes = t1.elapsed().as_secs_f64();
 
-    let (code, entry, object) = if shared_jit_enabled() {
+    let (code, entry, object) = if shared_jit_enabled() && orc::available() {
         // The process-wide JIT (no per-executable target machine or LLJIT).
         let libomp = par.then_some(parallel::LIBOMP);
-        let c = orc::compile_object(&m, opts.opt_level, &format!("_mlir_ciface_{ENTRY}"), libomp, keep_object).map_err(|e| diags.error(&e))?;
+        let c = orc::compile_object(&m, opts.opt_level, &format!("_mlir_ciface_{ENTRY}"), libomp, keep_object, background).map_err(|e| diags.error(&e))?;
         if par {
             parallel::configure_libomp();
         }
@@ -772,7 +776,7 @@ impl Executable {
         }
         let mut m = Module::parse(&guard.ctx, &self.src).ok_or_else(|| diags.error("the lowered module does not parse"))?;
         context::run_to_loops(&guard.ctx, &mut m, &diags)?;
-        run_pipeline(&guard.ctx, &mut m, context::PIPELINE_TO_LLVM, &diags)?;
+        context::run_to_llvm(&guard.ctx, &mut m, context::PIPELINE_TO_LLVM, &self.src, &diags)?;
         context::allow_fp_contraction(&guard.ctx, &m);
         f(&m, &diags)
     }

@@ -2,8 +2,8 @@
 //! cache's hit path (`load_object`) and the process-wide JIT every compile links into
 //! (`SharedJit`, `compile_object`).
 //!
-//! An entry of the cache holds the relocatable object the ExecutionEngine compiled (see
-//! `persistent`). Here it is linked into a fresh ORC `LLJIT` (LLVM-C's `LLJIT.h`/`Orc.h`,
+//! An entry of the cache holds the relocatable object the shared JIT linked (see
+//! `persistent`; older entries hold the ExecutionEngine's). Here it is linked into a fresh ORC `LLJIT` (LLVM-C's `LLJIT.h`/`Orc.h`,
 //! exported by the shared libLLVM the engine already links): the runtime symbols compiled
 //! code calls (host callbacks, `memrefCopy`, the GEMM runtime) are defined as absolute
 //! symbols from the same tables the ExecutionEngine path registers, everything else
@@ -122,6 +122,11 @@ unsafe extern "C" {
     fn LLVMIsDeclaration(g: Raw) -> i32;
     fn LLVMSetLinkage(g: Raw, linkage: u32);
     fn LLVMGetLinkage(g: Raw) -> u32;
+    fn LLVMGetComdat(g: Raw) -> Raw;
+    fn LLVMSetComdat(g: Raw, c: Raw);
+    fn LLVMGetAttributeCountAtIndex(f: Raw, idx: u32) -> u32;
+    fn LLVMGetAttributesAtIndex(f: Raw, idx: u32, attrs: *mut Raw);
+    fn LLVMAddAttributeAtIndex(f: Raw, idx: u32, a: Raw);
     fn LLVMDisposeModule(m: Raw);
     fn LLVMContextCreate() -> Raw;
     fn LLVMContextDispose(c: Raw);
@@ -243,9 +248,11 @@ struct SharedJit {
     cpu: CString,
     features: CString,
     /// One target machine per LLVM optimisation level 0-3 (code generation at
-    /// `codegen_level`), created on first use; emission through one machine is not
-    /// reentrant, hence the mutex.
-    tms: [std::sync::OnceLock<std::sync::Mutex<usize>>; 4],
+    /// `codegen_level`) for foreground compiles (`[0]`, run under the process MLIR
+    /// context's lock) and one per level for the tier-2 worker's (`[1]`), created on first
+    /// use: a foreground compile never waits for a background one. Emission through one
+    /// machine is not reentrant, hence the mutex.
+    tms: [[std::sync::OnceLock<std::sync::Mutex<usize>>; 4]; 2],
     /// Whether libomp's search generator has been added to the JITDylib.
     libomp: std::sync::Mutex<bool>,
 }
@@ -263,13 +270,22 @@ fn shared() -> Result<&'static SharedJit, String> {
     SHARED.get_or_init(create_shared).as_ref().map_err(Clone::clone)
 }
 
+/// Whether the shared JIT could be created (else every compile falls back to an
+/// ExecutionEngine of its own).
+pub(crate) fn available() -> bool {
+    shared().is_ok()
+}
+
 /// Creates the shared JIT and its O0 target machine on a background thread (called when
 /// the process's MLIR context is created), so that the first compile finds them ready or
 /// nearly so.
 pub(crate) fn warm_up() {
+    if !super::shared_jit_enabled() {
+        return;
+    }
     let _ = std::thread::Builder::new().name("jaxrepl-jit-init".into()).spawn(|| {
         if let Ok(j) = shared() {
-            let _ = j.tm(0);
+            let _ = j.tm(0, false);
         }
     });
 }
@@ -317,9 +333,10 @@ fn create_shared() -> Result<SharedJit, String> {
 }
 
 impl SharedJit {
-    /// The target machine of LLVM optimisation level `level` (0-3), created on first use.
-    fn tm(&self, level: u8) -> Result<&std::sync::Mutex<usize>, String> {
-        let cell = &self.tms[level.min(3) as usize];
+    /// The target machine of LLVM optimisation level `level` (0-3) for foreground or
+    /// `background` compiles, created on first use.
+    fn tm(&self, level: u8, background: bool) -> Result<&std::sync::Mutex<usize>, String> {
+        let cell = &self.tms[background as usize][level.min(3) as usize];
         if let Some(m) = cell.get() {
             return Ok(m);
         }
@@ -340,6 +357,22 @@ impl SharedJit {
     }
 }
 
+/// Sets the pipeline tuning MLIR's ExecutionEngine uses (`makeOptimizingTransformer`):
+/// loop unrolling, interleaving and vectorisation, SLP vectorisation (LLVM-C's defaults
+/// leave SLP off) on new-pass-manager options `opts`.
+///
+/// # Safety
+/// `opts` is a live `LLVMPassBuilderOptionsRef`.
+pub(super) unsafe fn set_tuning(opts: Raw) {
+    // SAFETY: valid options (caller).
+    unsafe {
+        LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
+        LLVMPassBuilderOptionsSetLoopInterleaving(opts, 1);
+        LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
+        LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
+    }
+}
+
 /// The code generator's level (`LLVMCodeGenOptLevel`) for LLVM optimisation level `level`:
 /// the same, except that level 0 (tier 1: no IR optimisation) generates code at `Less`
 /// (1). At `None` the X86 backend selects instructions with FastISel and forms no fused
@@ -350,7 +383,7 @@ impl SharedJit {
 /// it cost the MLP grad's tier-1 emission 25-40 ms against 10 at `None` on a loaded host
 /// (the per-executable ExecutionEngine, which generated code at its default level, spent
 /// 38-56 ms there).
-fn codegen_level(level: u8) -> u32 {
+pub(super) fn codegen_level(level: u8) -> u32 {
     level.clamp(1, 3) as u32
 }
 
@@ -398,10 +431,11 @@ pub(crate) struct Compiled {
 /// interleaving and vectorisation, SLP vectorisation; MLIR's
 /// `makeOptimizingTransformer`). `libomp`: the module calls the OpenMP runtime at that
 /// path. `keep_object`: also return a copy of the object (position-independent, for the
-/// persistent compilation cache). The caller holds the lock of the MLIR context `module`
-/// lives in. Errors: translation, optimisation, emission or link fails, or `entry` is
-/// absent or not of that form.
-pub(crate) fn compile_object(module: &melior::ir::Module, opt_level: u8, entry: &str, libomp: Option<&str>, keep_object: bool) -> Result<Compiled, String> {
+/// persistent compilation cache). `background`: a tier-2 worker's compile (its own target
+/// machines). The caller holds the lock of the MLIR context `module` lives in. Errors:
+/// translation, optimisation, emission or link fails, or `entry` is absent or not of that
+/// form.
+pub(crate) fn compile_object(module: &melior::ir::Module, opt_level: u8, entry: &str, libomp: Option<&str>, keep_object: bool, background: bool) -> Result<Compiled, String> {
     let j = shared()?;
     let t0 = std::time::Instant::now();
     if let Some(path) = libomp {
@@ -420,7 +454,7 @@ pub(crate) fn compile_object(module: &melior::ir::Module, opt_level: u8, entry: 
     let packed = format!("jaxrepl_packed_{}", NEXT_ENTRY.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let packed_c = CString::new(packed.as_str()).expect("no NUL");
     let entry_c = CString::new(entry).map_err(|e| e.to_string())?;
-    let tm = j.tm(opt_level)?;
+    let tm = j.tm(opt_level, background)?;
     // SAFETY: the LLVM context and module are created and disposed here; the MLIR module is
     // valid under the caller's context lock; the object buffer is handed to the JIT.
     let buf = unsafe {
@@ -453,14 +487,13 @@ pub(crate) fn compile_object(module: &melior::ir::Module, opt_level: u8, entry: 
     }
 }
 
-/// Sets `m`'s triple and data layout to the target machine's, adds the packed wrapper
-/// `packed` of `entry`, makes every other external definition internal, optimises at
-/// `level` and emits the object (a memory buffer the caller owns).
+/// Sets `m`'s triple and data layout to the target machine's, prepares it
+/// (`prepare_module`), optimises at `level` and emits the object (a memory buffer the
+/// caller owns).
 ///
 /// # Safety
 /// `m` is a valid LLVM module in context `llctx`.
 unsafe fn emit_object(j: &SharedJit, tm: &std::sync::Mutex<usize>, level: u8, llctx: Raw, m: Raw, entry: &CStr, packed: &CStr) -> Result<Raw, String> {
-    let _ = j;
     let tm = tm.lock().unwrap_or_else(|e| e.into_inner());
     let tm = *tm as Raw;
     // SAFETY: LLVM-C on a valid module; the builder, options and data layout are disposed
@@ -470,57 +503,10 @@ unsafe fn emit_object(j: &SharedJit, tm: &std::sync::Mutex<usize>, level: u8, ll
         let dl = LLVMCreateTargetDataLayout(tm);
         LLVMSetModuleDataLayout(m as LLVMModuleRef, dl);
         LLVMDisposeTargetData(dl);
-        let f = LLVMGetNamedFunction(m, entry.as_ptr());
-        if f.is_null() {
-            return Err(format!("the module has no function `{}`", entry.to_string_lossy()));
-        }
-        let mut g = LLVMGetFirstGlobal(m);
-        while !g.is_null() {
-            if LLVMIsDeclaration(g) == 0 && LLVMGetLinkage(g) == LINKAGE_EXTERNAL {
-                LLVMSetLinkage(g, LINKAGE_INTERNAL);
-            }
-            g = LLVMGetNextGlobal(g);
-        }
-        let mut h = LLVMGetFirstFunction(m);
-        while !h.is_null() {
-            if LLVMIsDeclaration(h) == 0 && LLVMGetLinkage(h) == LINKAGE_EXTERNAL {
-                LLVMSetLinkage(h, LINKAGE_INTERNAL);
-            }
-            h = LLVMGetNextFunction(h);
-        }
-        // void packed(ptr args) { f(*(T0*)args[0], ..., *(Tn*)args[n]); }
-        let fty = LLVMGlobalGetValueType(f);
-        if LLVMGetTypeKind(LLVMGetReturnType(fty)) != TYPE_KIND_VOID {
-            return Err(format!("`{}` returns a value (expected results in output parameters)", entry.to_string_lossy()));
-        }
-        let n = LLVMCountParamTypes(fty);
-        let mut params: Vec<Raw> = vec![std::ptr::null_mut(); n as usize];
-        LLVMGetParamTypes(fty, params.as_mut_ptr());
-        let ptr = LLVMPointerTypeInContext(llctx, 0);
-        let i64t = LLVMInt64TypeInContext(llctx);
-        let mut one = [ptr];
-        let wty = LLVMFunctionType(LLVMVoidTypeInContext(llctx), one.as_mut_ptr(), 1, 0);
-        let w = LLVMAddFunction(m, packed.as_ptr(), wty);
-        let b = LLVMCreateBuilderInContext(llctx);
-        let empty = c"";
-        LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(llctx, w, c"entry".as_ptr()));
-        let argv = LLVMGetParam(w, 0);
-        let mut vals: Vec<Raw> = Vec::with_capacity(n as usize);
-        for (i, t) in params.iter().enumerate() {
-            let mut idx = [LLVMConstInt(i64t, i as u64, 0)];
-            let slot = LLVMBuildGEP2(b, ptr, argv, idx.as_mut_ptr(), 1, empty.as_ptr());
-            let p = LLVMBuildLoad2(b, ptr, slot, empty.as_ptr());
-            vals.push(LLVMBuildLoad2(b, *t, p, empty.as_ptr()));
-        }
-        LLVMBuildCall2(b, fty, f, vals.as_mut_ptr(), n, empty.as_ptr());
-        LLVMBuildRetVoid(b);
-        LLVMDisposeBuilder(b);
+        prepare_module(llctx, m, entry, packed)?;
         if level > 0 {
             let opts = LLVMCreatePassBuilderOptions();
-            LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
-            LLVMPassBuilderOptionsSetLoopInterleaving(opts, 1);
-            LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
-            LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
+            set_tuning(opts);
             let pipeline = CString::new(format!("default<O{}>", level.min(3))).expect("no NUL");
             let e = LLVMRunPasses(m as LLVMModuleRef, pipeline.as_ptr(), tm, opts);
             LLVMDisposePassBuilderOptions(opts);
@@ -536,8 +522,91 @@ unsafe fn emit_object(j: &SharedJit, tm: &std::sync::Mutex<usize>, level: u8, ll
     }
 }
 
-/// `LLVMExternalLinkage`.
-const LINKAGE_EXTERNAL: u32 = 0;
+/// Adds the packed wrapper `packed` (`void(void**)`, MLIR's `packFunctionArguments`
+/// convention) of function `entry` to `m`, with `entry`'s function attributes (the
+/// optimiser inlines the entry into it, and `prefer-vector-width` must survive that), and
+/// makes every other global definition internal: modules never clash in the shared
+/// JITDylib. That includes weak and `linkonce_odr` definitions (MLIR's
+/// `convert-math-to-funcs` emits `@__mlir_math_ipowi_i32` so): ORC would keep the first
+/// module's copy and link later modules to it, which dropping the first module unmaps.
+///
+/// # Safety
+/// `m` is a valid LLVM module in context `llctx`.
+pub(super) unsafe fn prepare_module(llctx: Raw, m: Raw, entry: &CStr, packed: &CStr) -> Result<(), String> {
+    // SAFETY: LLVM-C on a valid module; the builder is disposed here.
+    unsafe {
+        let f = LLVMGetNamedFunction(m, entry.as_ptr());
+        if f.is_null() {
+            return Err(format!("the module has no function `{}`", entry.to_string_lossy()));
+        }
+        let internalize = |g: Raw| {
+            if LLVMIsDeclaration(g) == 0 && !matches!(LLVMGetLinkage(g), LINKAGE_APPENDING | LINKAGE_INTERNAL | LINKAGE_PRIVATE) {
+                LLVMSetLinkage(g, LINKAGE_INTERNAL);
+                if !LLVMGetComdat(g).is_null() {
+                    LLVMSetComdat(g, std::ptr::null_mut());
+                }
+            }
+        };
+        let mut g = LLVMGetFirstGlobal(m);
+        while !g.is_null() {
+            internalize(g);
+            g = LLVMGetNextGlobal(g);
+        }
+        let mut h = LLVMGetFirstFunction(m);
+        while !h.is_null() {
+            internalize(h);
+            h = LLVMGetNextFunction(h);
+        }
+        // void packed(ptr args) { f(*(T0*)args[0], ..., *(Tn*)args[n]); }
+        let fty = LLVMGlobalGetValueType(f);
+        if LLVMGetTypeKind(LLVMGetReturnType(fty)) != TYPE_KIND_VOID {
+            return Err(format!("`{}` returns a value (expected results in output parameters)", entry.to_string_lossy()));
+        }
+        let n = LLVMCountParamTypes(fty);
+        let mut params: Vec<Raw> = vec![std::ptr::null_mut(); n as usize];
+        LLVMGetParamTypes(fty, params.as_mut_ptr());
+        if params.iter().any(|&t| LLVMGetTypeKind(t) != TYPE_KIND_POINTER) {
+            return Err(format!("`{}` takes a parameter that is not a pointer (expected memref descriptors)", entry.to_string_lossy()));
+        }
+        let ptr = LLVMPointerTypeInContext(llctx, 0);
+        let i64t = LLVMInt64TypeInContext(llctx);
+        let mut one = [ptr];
+        let wty = LLVMFunctionType(LLVMVoidTypeInContext(llctx), one.as_mut_ptr(), 1, 0);
+        let w = LLVMAddFunction(m, packed.as_ptr(), wty);
+        let na = LLVMGetAttributeCountAtIndex(f, ATTRIBUTE_FUNCTION_INDEX);
+        let mut attrs: Vec<Raw> = vec![std::ptr::null_mut(); na as usize];
+        if na > 0 {
+            LLVMGetAttributesAtIndex(f, ATTRIBUTE_FUNCTION_INDEX, attrs.as_mut_ptr());
+        }
+        for a in attrs {
+            LLVMAddAttributeAtIndex(w, ATTRIBUTE_FUNCTION_INDEX, a);
+        }
+        let b = LLVMCreateBuilderInContext(llctx);
+        let empty = c"";
+        LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(llctx, w, c"entry".as_ptr()));
+        let argv = LLVMGetParam(w, 0);
+        let mut vals: Vec<Raw> = Vec::with_capacity(n as usize);
+        for (i, t) in params.iter().enumerate() {
+            let mut idx = [LLVMConstInt(i64t, i as u64, 0)];
+            let slot = LLVMBuildGEP2(b, ptr, argv, idx.as_mut_ptr(), 1, empty.as_ptr());
+            let p = LLVMBuildLoad2(b, ptr, slot, empty.as_ptr());
+            vals.push(LLVMBuildLoad2(b, *t, p, empty.as_ptr()));
+        }
+        LLVMBuildCall2(b, fty, f, vals.as_mut_ptr(), n, empty.as_ptr());
+        LLVMBuildRetVoid(b);
+        LLVMDisposeBuilder(b);
+        Ok(())
+    }
+}
+
+/// `LLVMAttributeFunctionIndex`.
+const ATTRIBUTE_FUNCTION_INDEX: u32 = u32::MAX;
+/// `LLVMAppendingLinkage`.
+const LINKAGE_APPENDING: u32 = 7;
+/// `LLVMPrivateLinkage`.
+const LINKAGE_PRIVATE: u32 = 9;
+/// `LLVMPointerTypeKind`.
+const TYPE_KIND_POINTER: u32 = 12;
 /// `LLVMInternalLinkage`.
 const LINKAGE_INTERNAL: u32 = 8;
 /// `LLVMVoidTypeKind`.

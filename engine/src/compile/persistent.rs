@@ -8,10 +8,12 @@
 //! host's target triple, CPU name and CPU features. Config that changes lowering (matmul
 //! precision, x64, donation) changes the text. An entry is the file
 //! `<dir>/jit_<name>-<hex64>-cache` (JAX's naming): a magic line, one JSON header line
-//! (key, engine version, donated-argument aliases, whether the code calls libomp, compile
-//! seconds, object size and blake3) and the relocatable object the ExecutionEngine
-//! compiled (`mlirExecutionEngineDumpToObjectFile`, position-independent when the cache is
-//! on). A hit links that object with ORC (`orc.rs`).
+//! (key, engine version, donated-argument aliases, whether the code calls libomp, the
+//! symbol of the packed entry, compile seconds, object size and blake3) and the
+//! position-independent relocatable object the shared JIT linked (`orc::compile_object`;
+//! with `JAXREPL_SHARED_JIT=0` the ExecutionEngine's, `mlirExecutionEngineDumpToObjectFile`;
+//! an entry without `entry` in its header names `PACKED_ENTRY`). A hit links that object
+//! into an LLJIT of its own with ORC (`orc.rs`).
 //!
 //! Writes are atomic (a temporary file in the same directory, then `rename`). An entry
 //! that cannot be read, whose header or object hash does not match, or that does not link
@@ -128,6 +130,7 @@ pub(crate) fn pending(m: &LoweredModule, opt_level: u8) -> Option<Pending> {
         super::context::PIPELINE_TO_LOOPS,
         super::context::LOOP_CARRIES_IN_PLACE,
         super::context::OUTPUTS_IN_PLACE,
+        super::context::PIPELINE_MATH_TO_FUNCS,
         super::context::PIPELINE_TO_LLVM,
         super::parallel::PIPELINE_FUSE,
         super::parallel::PIPELINE_PAR_TO_LOOPS,
