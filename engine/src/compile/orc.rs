@@ -158,6 +158,36 @@ fn check(e: Raw, what: &str) -> Result<(), String> {
     }
 }
 
+/// Makes the process's symbols (libm, libc) and the engine's runtime `symbols` (absolute
+/// addresses) resolvable from code linked into `jd` of `jit`.
+///
+/// # Safety
+/// `jit` is a live LLJIT and `jd` one of its JITDylibs; each symbol is a function of the
+/// signature compiled code declares for its name, valid for the process.
+unsafe fn define_symbols(jit: Raw, jd: Raw, symbols: &[(String, *mut c_void)]) -> Result<(), String> {
+    // SAFETY: LLVM-C calls in their documented order; the generator and materialization
+    // unit are owned by the JITDylib once added (disposed here when defining fails).
+    unsafe {
+        let mut pgen: Raw = std::ptr::null_mut();
+        check(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&mut pgen, LLVMOrcLLJITGetGlobalPrefix(jit), None, std::ptr::null_mut()), "process symbols")?;
+        LLVMOrcJITDylibAddGenerator(jd, pgen);
+        let mut pairs: Vec<SymbolMapPair> = Vec::with_capacity(symbols.len());
+        for (name, ptr) in symbols {
+            let n = CString::new(name.as_str()).map_err(|e| e.to_string())?;
+            pairs.push(SymbolMapPair {
+                name: LLVMOrcLLJITMangleAndIntern(jit, n.as_ptr()),
+                sym: EvaluatedSymbol { address: *ptr as u64, flags: SymbolFlags { generic: EXPORTED_CALLABLE, target: 0 } },
+            });
+        }
+        let mu = LLVMOrcAbsoluteSymbols(pairs.as_mut_ptr(), pairs.len());
+        if let Err(e) = check(LLVMOrcJITDylibDefine(jd, mu), "runtime symbols") {
+            LLVMOrcDisposeMaterializationUnit(mu);
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
 /// Native code linked from an object file; owns its JIT.
 pub(crate) struct LoadedCode {
     jit: Raw,
@@ -191,27 +221,12 @@ pub(crate) fn load_object(object: &[u8], symbols: &[(String, *mut c_void)], libo
         let code = LoadedCode { jit };
         let jd = LLVMOrcLLJITGetMainJITDylib(jit);
         let prefix = LLVMOrcLLJITGetGlobalPrefix(jit);
-        let mut pgen: Raw = std::ptr::null_mut();
-        check(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&mut pgen, prefix, None, std::ptr::null_mut()), "process symbols")?;
-        LLVMOrcJITDylibAddGenerator(jd, pgen);
+        define_symbols(jit, jd, symbols)?;
         if let Some(path) = libomp {
             let p = CString::new(path).map_err(|e| e.to_string())?;
             let mut g: Raw = std::ptr::null_mut();
             check(LLVMOrcCreateDynamicLibrarySearchGeneratorForPath(&mut g, p.as_ptr(), prefix, None, std::ptr::null_mut()), "libomp")?;
             LLVMOrcJITDylibAddGenerator(jd, g);
-        }
-        let mut pairs: Vec<SymbolMapPair> = Vec::with_capacity(symbols.len());
-        for (name, ptr) in symbols {
-            let n = CString::new(name.as_str()).map_err(|e| e.to_string())?;
-            pairs.push(SymbolMapPair {
-                name: LLVMOrcLLJITMangleAndIntern(jit, n.as_ptr()),
-                sym: EvaluatedSymbol { address: *ptr as u64, flags: SymbolFlags { generic: EXPORTED_CALLABLE, target: 0 } },
-            });
-        }
-        let mu = LLVMOrcAbsoluteSymbols(pairs.as_mut_ptr(), pairs.len());
-        if let Err(e) = check(LLVMOrcJITDylibDefine(jd, mu), "runtime symbols") {
-            LLVMOrcDisposeMaterializationUnit(mu);
-            return Err(e);
         }
         let name = CString::new("jaxrepl-cached-object").expect("no NUL");
         let buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(object.as_ptr() as *const c_char, object.len(), name.as_ptr());
@@ -310,24 +325,7 @@ fn create_shared() -> Result<SharedJit, String> {
         let mut jit: Raw = std::ptr::null_mut();
         check(LLVMOrcCreateLLJIT(&mut jit, LLVMOrcCreateLLJITBuilder()), "cannot create an ORC JIT")?;
         let jd = LLVMOrcLLJITGetMainJITDylib(jit);
-        let prefix = LLVMOrcLLJITGetGlobalPrefix(jit);
-        let mut pgen: Raw = std::ptr::null_mut();
-        check(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&mut pgen, prefix, None, std::ptr::null_mut()), "process symbols")?;
-        LLVMOrcJITDylibAddGenerator(jd, pgen);
-        let symbols = super::runtime_symbols();
-        let mut pairs: Vec<SymbolMapPair> = Vec::with_capacity(symbols.len());
-        for (name, ptr) in &symbols {
-            let n = CString::new(name.as_str()).map_err(|e| e.to_string())?;
-            pairs.push(SymbolMapPair {
-                name: LLVMOrcLLJITMangleAndIntern(jit, n.as_ptr()),
-                sym: EvaluatedSymbol { address: *ptr as u64, flags: SymbolFlags { generic: EXPORTED_CALLABLE, target: 0 } },
-            });
-        }
-        let mu = LLVMOrcAbsoluteSymbols(pairs.as_mut_ptr(), pairs.len());
-        if let Err(e) = check(LLVMOrcJITDylibDefine(jd, mu), "runtime symbols") {
-            LLVMOrcDisposeMaterializationUnit(mu);
-            return Err(e);
-        }
+        define_symbols(jit, jd, &super::runtime_symbols())?;
         Ok(SharedJit { jit, jd, target, triple, cpu, features, tms: Default::default(), libomp: std::sync::Mutex::new(false) })
     }
 }
