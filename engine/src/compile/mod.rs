@@ -27,6 +27,7 @@ mod inplace;
 mod inspect;
 mod memcpy;
 mod orc;
+pub use orc::live_code_count;
 pub mod parallel;
 pub(crate) mod callbacks;
 pub mod context;

@@ -390,6 +390,15 @@ pub(crate) struct JitCode {
     rt: Raw,
 }
 
+/// Live `JitCode`s: executables whose code is in the shared JIT.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many executables have code in the shared JIT now (each removes its code when
+/// dropped); for tests and leak checks.
+pub fn live_code_count() -> usize {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 // SAFETY: a resource tracker is a thread-safe handle into the execution session; it is
 // removed once, by Drop, which Rust orders after every call of the code.
 unsafe impl Send for JitCode {}
@@ -403,6 +412,7 @@ impl Drop for JitCode {
             let _ = check(LLVMOrcResourceTrackerRemove(self.rt), "remove");
             LLVMOrcReleaseResourceTracker(self.rt);
         }
+        LIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -474,6 +484,7 @@ pub(crate) fn compile_object(module: &melior::ir::Module, opt_level: u8, entry: 
     // SAFETY: the tracker is released by JitCode (on failure too, through its Drop); the
     // buffer is consumed by LLVMOrcLLJITAddObjectFileWithRT.
     unsafe {
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let code = JitCode { rt: LLVMOrcJITDylibCreateResourceTracker(j.jd) };
         check(LLVMOrcLLJITAddObjectFileWithRT(j.jit, code.rt, buf), "cannot add the object")?;
         let mut addr = 0u64;
