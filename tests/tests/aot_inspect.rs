@@ -109,7 +109,7 @@ fn pipeline_splits_into_top_level_passes() {
 
 #[test]
 fn diff_passes_shows_what_each_pass_changed() {
-    let f = jit(|x: Array| x.sin() * 2.0);
+    let f = jit(|x: Array| x.sin() * 2.0 + 1.0);
     let x = jnp::arange(4.0);
     let d = f.trace(&x).unwrap().lower().unwrap().diff_passes().unwrap();
     let names: Vec<&str> = d.0.iter().map(|p| p.pass.as_str()).collect();
@@ -124,11 +124,12 @@ fn diff_passes_shows_what_each_pass_changed() {
     all.extend(rest);
     all.push(OUTPUTS_IN_PLACE.to_string());
     all.extend(jax::compile::split_pipeline(jax::compile::context::PIPELINE_TO_LLVM));
-    // Then the compile's own step on the LLVM dialect: FMA contraction allowed.
-    all.push("allow-fp-contraction".to_string());
+    // Then the compile's own step on the LLVM dialect: multiply-adds fused.
+    all.push("fuse-multiply-adds".to_string());
     assert_eq!(names, all.iter().map(String::as_str).collect::<Vec<_>>());
-    let contract = d.0.last().unwrap();
-    assert!(contract.diff.lines().any(|l| l.starts_with('+') && l.contains("llvm.fmul") && l.contains("contract")), "{}", contract.diff);
+    let fused = d.0.last().unwrap();
+    assert!(fused.diff.lines().any(|l| l.starts_with('+') && l.contains("llvm.intr.fmuladd")), "{}", fused.diff);
+    assert!(fused.diff.lines().any(|l| l.starts_with('-') && l.contains("llvm.fmul")), "{}", fused.diff);
     // Bufferization turns tensors into memrefs; the diff says so.
     let buf = d.0.iter().find(|p| p.pass.starts_with("one-shot-bufferize")).unwrap();
     assert!(buf.diff.contains("--- before") && buf.diff.contains("+++ after"), "{}", buf.diff);

@@ -91,18 +91,22 @@ fn parallel_pipeline_at_o0_links_libomp_in_the_shared_jit() {
 }
 
 /// Tier 1 (no IR optimisation) and the optimised tier give the same bits for multiply-add
-/// chains and a scan whose body adds a product: both fuse `a*b+c` into one FMA (at LLVM's
-/// `None` code generator level they would not, and a first call would differ from later
-/// ones in the last bit).
+/// chains and a scan whose body adds a product: both fuse `a*b+c` into one FMA, formed in
+/// the IR before LLVM's passes (`context::fuse_multiply_adds`; left to the code generator
+/// through `contract` flags, tier 1's FastISel fused none, and a first call differed from
+/// later ones in the last bit).
 #[test]
 fn both_tiers_give_the_same_bits_for_multiply_adds() {
     let n = 1000;
     let xs: Vec<f32> = (0..n).map(|i| ((i * 7919 % 113) as f32 / 113.0) * 4.0 - 2.0).collect();
-    let x = Array::from_vec(xs, &[n]).unwrap();
+    let x = Array::from_vec(xs.clone(), &[n]).unwrap();
     let f = jit(|v: Array| (&v * 0.37 + 0.11) * &v + 1.3);
     let c = f.lower(&x).unwrap().compile().unwrap();
     assert_eq!(c.tier(), 1);
     let t1 = c.call(&x).unwrap().to_vec::<f32>().unwrap();
+    // Both multiply-adds are fused (one rounding each), also in tier 1's FastISel code.
+    let fused = (0..n).filter(|&i| t1[i].to_bits() == xs[i].mul_add(0.37, 0.11).mul_add(xs[i], 1.3).to_bits()).count();
+    assert_eq!(fused, n, "tier 1: {} of {n} elements are not fused multiply-adds", n - fused);
     assert!(c.wait_optimized(std::time::Duration::from_secs(300)), "{:?}", c.optimized_tier_error());
     let t2 = c.call(&x).unwrap().to_vec::<f32>().unwrap();
     let differ = (0..n).filter(|&i| t1[i].to_bits() != t2[i].to_bits()).count();
@@ -165,4 +169,64 @@ fn optimised_code_keeps_512_bit_vectors_on_avx512_hosts() {
     let got = c.call(&x).unwrap().to_vec::<f32>().unwrap();
     let want: Vec<f64> = (0..4096).map(|i| { let v = (i as f32 * 0.001) as f64; (v * 1.5 + 0.5).tanh() * v }).collect();
     close("tanh chain O2", &got, &want, 1e-5);
+}
+
+/// Float sums add in an order fixed by the lowering (64 or 16 lane sums added pairwise,
+/// then the remainder; `Lowerer::reduce_lanes`), not chosen by LLVM at O2, so tier 1 and
+/// the optimised tier agree bitwise: a full sum of 300 007 values (the split, threaded
+/// path), row sums of [97, 1031] and [40, 100] (the two lane counts), a sum over the first
+/// and last axes of [5, 7, 300], a fused `sum(x * x)`, a softmax, and a long elementwise
+/// chain (where inlining, CSE and hoisting at O2 used to change which products fused).
+/// Sums are checked against f64 sums within 1e-6 · Σ|x|.
+#[test]
+fn both_tiers_give_the_same_bits_for_float_sums() {
+    let bits = |a: &Array| a.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let vals = |n: usize| -> Vec<f32> { (0..n).map(|i| ((i as f64 * 0.618_033_988_7).fract() * 2.0 - 0.7) as f32).collect() };
+    type Case = (&'static str, Vec<usize>, Box<dyn Fn(Array) -> Result<Array> + Send + Sync>, Option<Vec<usize>>);
+    let cases: Vec<Case> = vec![
+        ("full sum", vec![300_007], Box::new(|v: Array| jnp::sum(&v, None)), Some(vec![0])),
+        ("rows of 1031", vec![97, 1031], Box::new(|v: Array| jnp::sum(&v, Some(&[1]))), Some(vec![1])),
+        ("rows of 100", vec![40, 100], Box::new(|v: Array| jnp::sum(&v, Some(&[-1]))), Some(vec![1])),
+        ("axes 0 and 2", vec![5, 7, 300], Box::new(|v: Array| jnp::sum(&v, Some(&[0, 2]))), Some(vec![0, 2])),
+        ("sum of squares", vec![70_001], Box::new(|v: Array| jnp::sum(&(&v * &v), None)), None),
+        ("softmax", vec![64, 1000], Box::new(|v: Array| jax::nn::softmax(&v, -1)), None),
+        (
+            "long elementwise chain",
+            vec![5000],
+            Box::new(|v: Array| Ok(((&v * 1.1 + 0.3) * &v - 0.7) * (&v * 0.5) + v.tanh() * &v - (&v * &v).exp() * 0.25 + (&v * 3.0 - 1.0).sin())),
+            None,
+        ),
+    ];
+    for (what, shape, f, axes) in cases {
+        let n: usize = shape.iter().product();
+        let xs = vals(n);
+        let x = Array::from_vec(xs.clone(), &shape).unwrap();
+        let c = jit(move |v: Array| f(v)).lower(&x).unwrap().compile().unwrap();
+        assert_eq!(c.tier(), 1, "{what}");
+        let t1 = c.call(&x).unwrap();
+        assert!(c.wait_optimized(std::time::Duration::from_secs(300)), "{what}: {:?}", c.optimized_tier_error());
+        let t2 = c.call(&x).unwrap();
+        let (b1, b2) = (bits(&t1), bits(&t2));
+        let differ = b1.iter().zip(&b2).filter(|(a, b)| a != b).count();
+        assert_eq!(differ, 0, "{what}: {differ} of {} results differ between the tiers", b1.len());
+        let Some(axes) = axes else { continue };
+        // f64 reference over `axes` of the row-major array.
+        let kept: Vec<usize> = (0..shape.len()).filter(|i| !axes.contains(i)).collect();
+        let m: usize = kept.iter().map(|&i| shape[i]).product();
+        let (mut want, mut abs) = (vec![0f64; m], vec![0f64; m]);
+        for (flat, &v) in xs.iter().enumerate() {
+            let (mut rem, mut idx) = (flat, vec![0usize; shape.len()]);
+            for d in (0..shape.len()).rev() {
+                idx[d] = rem % shape[d];
+                rem /= shape[d];
+            }
+            let o = kept.iter().fold(0, |acc, &d| acc * shape[d] + idx[d]);
+            want[o] += v as f64;
+            abs[o] += (v as f64).abs();
+        }
+        let got = t1.to_vec::<f32>().unwrap();
+        for i in 0..m {
+            assert!((got[i] as f64 - want[i]).abs() <= 1e-6 * abs[i], "{what}[{i}]: got {}, f64 {}", got[i], want[i]);
+        }
+    }
 }

@@ -68,7 +68,7 @@ pub fn run_to_loops(ctx: &Context, module: &mut Module, diags: &Diagnostics) -> 
 /// (`run_to_llvm`). `convert-math-to-libm` catches every math op without an LLVM
 /// intrinsic.
 pub const PIPELINE_TO_LLVM: &str = "builtin.module(lower-affine,convert-scf-to-cf,\
-expand-strided-metadata,lower-affine,finalize-memref-to-llvm{use-generic-functions=true},convert-math-to-llvm,convert-math-to-libm,arith-expand{include-bf16=true},\
+expand-strided-metadata,lower-affine,finalize-memref-to-llvm{use-aligned-alloc=true use-generic-functions=true},convert-math-to-llvm,convert-math-to-libm,arith-expand{include-bf16=true},\
 convert-arith-to-llvm,convert-index-to-llvm,convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,\
 reconcile-unrealized-casts)";
 
@@ -284,65 +284,125 @@ fn run_pm(pm: &PassManager, module: &mut Module, diags: &Diagnostics) -> Result<
     }
 }
 
-/// What [`allow_fp_contraction`] does, for the persistent cache key (a change to it must
+/// What [`fuse_multiply_adds`] does, for the persistent cache key (a change to it must
 /// not load objects compiled without it).
-pub const FP_CONTRACTION: &str = "fastmath<contract> on llvm.fadd/fsub/fmul";
+pub const FP_CONTRACTION: &str = "llvm.intr.fmuladd from a single-use llvm.fmul into llvm.fadd/fsub; no contract flags";
 
-/// Allows LLVM to fuse a floating-point multiply with a dependent add or subtract into one
-/// fused multiply-add (one rounding instead of two): sets `#llvm.fastmath<contract>` on
-/// every `llvm.fadd`, `llvm.fsub` and `llvm.fmul` of the LLVM-dialect module `m`, as XLA's
-/// CPU backend allows FMA fusion for all code (`llvm::FPOpFusion::Fast` in its target
-/// options). Only contraction: no reassociation, NaN or infinity assumptions. Run after the
-/// lowering to the LLVM dialect, so that the lowered and optimised MLIR texts are unchanged.
-/// Measured (bench `loops`, 2 cores): a `while_loop` whose body is `c * 0.999 + 1e-3` runs
-/// its serial chain as one `vfmadd` per iteration.
-pub fn allow_fp_contraction(ctx: &melior::Context, m: &Module) {
-    struct Walk {
-        ctx: mlir_sys::MlirContext,
-        contract: MlirAttribute,
-    }
-    unsafe extern "C" fn print_to(s: MlirStringRef, data: *mut c_void) {
-        // SAFETY: `data` is the `String` passed by `attribute_text`; `s` is valid for the call.
-        unsafe { (*(data as *mut String)).push_str(&String::from_utf8_lossy(std::slice::from_raw_parts(s.data as *const u8, s.length))) }
-    }
-    unsafe extern "C" fn visit(op: MlirOperation, data: *mut c_void) -> MlirWalkResult {
-        // SAFETY: `data` is the `Walk` passed below, alive for the walk; `op` is valid
+/// Fuses each floating-point multiply into the add or subtract that is its only use: in
+/// the LLVM-dialect module `m`, `llvm.fadd(llvm.fmul(a, b), c)` becomes
+/// `llvm.intr.fmuladd(a, b, c)`, `a*b - c` becomes `fmuladd(a, b, -c)` and `c - a*b`
+/// becomes `fmuladd(-a, b, c)` (the multiply taken from the first operand when both
+/// qualify), as XLA's CPU backend allows FMA fusion for all code (`llvm::FPOpFusion::Fast`
+/// in its target options). On this target `fmuladd` is one fused multiply-add (one
+/// rounding instead of two). Run after the lowering to the LLVM dialect, so that the
+/// lowered and optimised MLIR texts are unchanged.
+///
+/// The pairs are chosen here, before any LLVM pass, rather than left to the code
+/// generator through `contract` flags (which this function therefore does not set): the
+/// code generator fuses only within one basic block and, at LLVM's `None` level
+/// (FastISel), not at all, so tier 1 and the optimised tier (whose passes move products
+/// out of loops) fused different pairs and a function's first call could differ from its
+/// later calls in the last bit. Here both tiers compute the same operations. The rule is
+/// the code generator's (`DAGCombiner`: a `contract` multiply with one use), so results
+/// are those of the earlier `contract` flags wherever the pair sat in one block. No
+/// fast-math flags are left on float adds, subtracts and multiplies (the lowering sets
+/// only `contract`, on its own multiply-adds). Measured (bench `loops`, 2 cores): a `while_loop` whose body is
+/// `c * 0.999 + 1e-3` runs its serial chain as one `vfmadd` per iteration.
+pub fn fuse_multiply_adds(ctx: &melior::Context, m: &Module) {
+    unsafe extern "C" fn collect(op: MlirOperation, data: *mut c_void) -> MlirWalkResult {
+        // SAFETY: `data` is the `Vec` passed below, alive for the walk; `op` is valid
         // during the callback.
         unsafe {
-            let w = &*(data as *const Walk);
             let name = mlirIdentifierStr(mlirOperationGetName(op));
             let name = std::slice::from_raw_parts(name.data as *const u8, name.length);
-            if matches!(name, b"llvm.fadd" | b"llvm.fsub" | b"llvm.fmul") {
-                let old = mlirOperationGetAttributeByName(op, sref("fastmathFlags"));
-                let mut text = String::new();
-                if !old.ptr.is_null() {
-                    mlirAttributePrint(old, Some(print_to), &mut text as *mut String as *mut c_void);
-                }
-                // Keep flags the lowering set (`reassoc` on reductions): add `contract`.
-                let new = if old.ptr.is_null() || text == "#llvm.fastmath<none>" {
-                    w.contract
-                } else if text.contains("contract") || text.contains("fast>") || !text.ends_with('>') {
-                    return MlirWalkResult_MlirWalkResultAdvance;
-                } else {
-                    let merged = format!("{}, contract>", &text[..text.len() - 1]);
-                    mlirAttributeParseGet(w.ctx, sref(&merged))
-                };
-                if !new.ptr.is_null() {
-                    mlirOperationSetAttributeByName(op, sref("fastmathFlags"), new);
-                }
+            if matches!(name, b"llvm.fadd" | b"llvm.fsub") {
+                (*(data as *mut Vec<MlirOperation>)).push(op);
             }
         }
         MlirWalkResult_MlirWalkResultAdvance
     }
-    // SAFETY: `ctx` and `m` are valid and used under the context lock (module docs); the
-    // attribute text is a valid LLVM-dialect attribute, checked for null.
+    /// The multiply defining `v` when `v` has no other use.
+    unsafe fn single_use_fmul(v: MlirValue) -> Option<MlirOperation> {
+        // SAFETY: `v` is a live value of the module (caller).
+        unsafe {
+            if !mlirValueIsAOpResult(v) {
+                return None;
+            }
+            let def = mlirOpResultGetOwner(v);
+            let name = mlirIdentifierStr(mlirOperationGetName(def));
+            if std::slice::from_raw_parts(name.data as *const u8, name.length) != b"llvm.fmul" {
+                return None;
+            }
+            let first = mlirValueGetFirstUse(v);
+            (!mlirOpOperandIsNull(first) && mlirOpOperandIsNull(mlirOpOperandGetNextUse(first))).then_some(def)
+        }
+    }
+    /// Creates `name(operands) : ty` with fastmath flags `fmf` before `at`.
+    unsafe fn create(ctx: mlir_sys::MlirContext, name: &str, operands: &[MlirValue], ty: MlirType, fmf: MlirAttribute, at: MlirOperation) -> MlirValue {
+        // SAFETY: live context, values, type and attribute (caller); the state is
+        // consumed by `mlirOperationCreate` and the operation handed to the block.
+        unsafe {
+            let mut st = mlirOperationStateGet(sref(name), mlirOperationGetLocation(at));
+            mlirOperationStateAddOperands(&mut st, operands.len() as isize, operands.as_ptr());
+            mlirOperationStateAddResults(&mut st, 1, &ty);
+            let attr = mlirNamedAttributeGet(mlirIdentifierGet(ctx, sref("fastmathFlags")), fmf);
+            mlirOperationStateAddAttributes(&mut st, 1, &attr);
+            let op = mlirOperationCreate(&mut st);
+            mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(at), at, op);
+            mlirOperationGetResult(op, 0)
+        }
+    }
+    // SAFETY: `ctx` and `m` are valid and used under the context lock (module docs). Every
+    // rewritten add is replaced and destroyed once (the walk collected each op once, and
+    // no collected op is a multiply), and a multiply is destroyed only after its one use.
     unsafe {
-        let contract = mlirAttributeParseGet(ctx.to_raw(), sref("#llvm.fastmath<contract>"));
-        if contract.ptr.is_null() {
+        let c = ctx.to_raw();
+        let none = mlirAttributeParseGet(c, sref("#llvm.fastmath<none>"));
+        if none.ptr.is_null() {
             return;
         }
-        let mut w = Walk { ctx: ctx.to_raw(), contract };
-        mlirOperationWalk(m.as_operation().to_raw(), Some(visit), &mut w as *mut Walk as *mut c_void, MlirWalkOrder_MlirWalkPostOrder);
+        let mut adds: Vec<MlirOperation> = Vec::new();
+        mlirOperationWalk(m.as_operation().to_raw(), Some(collect), &mut adds as *mut Vec<MlirOperation> as *mut c_void, MlirWalkOrder_MlirWalkPostOrder);
+        for op in adds {
+            let name = mlirIdentifierStr(mlirOperationGetName(op));
+            let sub = std::slice::from_raw_parts(name.data as *const u8, name.length) == b"llvm.fsub";
+            let (x, y) = (mlirOperationGetOperand(op, 0), mlirOperationGetOperand(op, 1));
+            let (mul, other, mul_first) = match (single_use_fmul(x), single_use_fmul(y)) {
+                (Some(mm), _) => (mm, y, true),
+                (None, Some(mm)) => (mm, x, false),
+                (None, None) => continue,
+            };
+            let res = mlirOperationGetResult(op, 0);
+            let ty = mlirValueGetType(res);
+            let (mut a, b) = (mlirOperationGetOperand(mul, 0), mlirOperationGetOperand(mul, 1));
+            let mut addend = other;
+            if sub && mul_first {
+                addend = create(c, "llvm.fneg", &[other], ty, none, op);
+            } else if sub {
+                a = create(c, "llvm.fneg", &[a], ty, none, op);
+            }
+            let fused = create(c, "llvm.intr.fmuladd", &[a, b, addend], ty, none, op);
+            mlirValueReplaceAllUsesOfWith(res, fused);
+            mlirOperationDestroy(op);
+            mlirOperationDestroy(mul);
+        }
+        // The lowering marks its own multiply-adds (polynomial steps, dot products)
+        // `contract`; left on the operations not fused here, they would let the code
+        // generator fuse pairs the optimiser forms later, in one tier only.
+        unsafe extern "C" fn clear(op: MlirOperation, data: *mut c_void) -> MlirWalkResult {
+            // SAFETY: `data` is the `none` attribute passed below; `op` is valid during the
+            // callback.
+            unsafe {
+                let name = mlirIdentifierStr(mlirOperationGetName(op));
+                let name = std::slice::from_raw_parts(name.data as *const u8, name.length);
+                if matches!(name, b"llvm.fadd" | b"llvm.fsub" | b"llvm.fmul") && !mlirOperationGetAttributeByName(op, sref("fastmathFlags")).ptr.is_null() {
+                    mlirOperationSetAttributeByName(op, sref("fastmathFlags"), *(data as *const MlirAttribute));
+                }
+            }
+            MlirWalkResult_MlirWalkResultAdvance
+        }
+        let mut none_attr = none;
+        mlirOperationWalk(m.as_operation().to_raw(), Some(clear), &mut none_attr as *mut MlirAttribute as *mut c_void, MlirWalkOrder_MlirWalkPostOrder);
     }
 }
 

@@ -393,10 +393,10 @@ pub fn diff_passes(module: &LoweredModule) -> Result<PassDiffs, Error> {
         }
     }
     // The compile's last step on the LLVM dialect (not a registered pass): FMA contraction
-    // allowed, as XLA:CPU (`context::allow_fp_contraction`).
-    context::allow_fp_contraction(ctx, &m);
+    // allowed, as XLA:CPU (`context::fuse_multiply_adds`).
+    context::fuse_multiply_adds(ctx, &m);
     let after = m.as_operation().to_string();
-    out.push(PassDiff { pass: "allow-fp-contraction".to_string(), pipeline: "to-llvm", diff: unified_diff(&before, &after) });
+    out.push(PassDiff { pass: "fuse-multiply-adds".to_string(), pipeline: "to-llvm", diff: unified_diff(&before, &after) });
     drop(m);
     drop(diags);
     drop(guard);

@@ -344,7 +344,7 @@ fn compile_impl(module: &LoweredModule, opts: &CompileOptions, aliases: Vec<Opti
         context::run_to_loops(ctx, &mut m, &diags)?;
         context::run_to_llvm(ctx, &mut m, context::PIPELINE_TO_LLVM, &src, &diags)?;
     }
-    context::allow_fp_contraction(ctx, &m);
+    context::fuse_multiply_adds(ctx, &m);
     t.passes = t1.elapsed().as_secs_f64();
 
     let (code, entry, object) = if shared_jit_enabled() && orc::available() {
@@ -778,7 +778,7 @@ impl Executable {
         let mut m = Module::parse(&guard.ctx, &self.src).ok_or_else(|| diags.error("the lowered module does not parse"))?;
         context::run_to_loops(&guard.ctx, &mut m, &diags)?;
         context::run_to_llvm(&guard.ctx, &mut m, context::PIPELINE_TO_LLVM, &self.src, &diags)?;
-        context::allow_fp_contraction(&guard.ctx, &m);
+        context::fuse_multiply_adds(&guard.ctx, &m);
         f(&m, &diags)
     }
     /// Seconds spent in each compile step (of the first tier for a tiered executable).

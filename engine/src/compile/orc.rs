@@ -127,6 +127,8 @@ unsafe extern "C" {
     fn LLVMGetAttributeCountAtIndex(f: Raw, idx: u32) -> u32;
     fn LLVMGetAttributesAtIndex(f: Raw, idx: u32, attrs: *mut Raw);
     fn LLVMAddAttributeAtIndex(f: Raw, idx: u32, a: Raw);
+    fn LLVMGetEnumAttributeKindForName(name: *const c_char, len: usize) -> u32;
+    fn LLVMCreateEnumAttribute(c: Raw, kind: u32, val: u64) -> Raw;
     fn LLVMDisposeModule(m: Raw);
     fn LLVMContextCreate() -> Raw;
     fn LLVMContextDispose(c: Raw);
@@ -371,18 +373,15 @@ pub(super) unsafe fn set_tuning(opts: Raw) {
     }
 }
 
-/// The code generator's level (`LLVMCodeGenOptLevel`) for LLVM optimisation level `level`:
-/// the same, except that level 0 (tier 1: no IR optimisation) generates code at `Less`
-/// (1). At `None` the X86 backend selects instructions with FastISel and forms no fused
-/// multiply-adds from `contract` pairs, so tier 1 would compute `a*b+c` with two roundings
-/// where the optimised tier uses one FMA: a function's first call and its later calls
-/// would differ in the last bit (seen in a partitioned scan checked bitwise against the
-/// unsharded call). `Less` selects with SelectionDAG and fuses as the optimised tier does;
-/// it cost the MLP grad's tier-1 emission 25-40 ms against 10 at `None` on a loaded host
-/// (the per-executable ExecutionEngine, which generated code at its default level, spent
-/// 38-56 ms there).
+/// The code generator's level (`LLVMCodeGenOptLevel`) for LLVM optimisation level
+/// `level`: the same (0 = `None`, FastISel, for tier 1). Fused multiply-adds do not depend
+/// on it: they are formed in the IR before any LLVM pass (`context::fuse_multiply_adds`),
+/// so FastISel's code computes the same operations as the optimised tier's. (With
+/// `contract` flags left to the code generator, `None` fused nothing and tier 1 had to
+/// generate code at `Less`, which cost the MLP grad's tier-1 emission 25-40 ms against
+/// 10-17 ms at `None` on a loaded host.)
 pub(super) fn codegen_level(level: u8) -> u32 {
-    level.clamp(1, 3) as u32
+    level.min(3) as u32
 }
 
 /// Native code of one module in the shared JIT: removed from it on drop.
@@ -541,6 +540,31 @@ unsafe fn emit_object(j: &SharedJit, tm: &std::sync::Mutex<usize>, level: u8, ll
 ///
 /// # Safety
 /// `m` is a valid LLVM module in context `llctx`.
+/// Declares the allocation functions compiled code calls for `memref.alloc`
+/// (`_mlir_memref_to_llvm_alloc`, `_mlir_memref_to_llvm_aligned_alloc`, served by
+/// `compile::alloc`) as returning `noalias` pointers, as `malloc` is: each returns memory
+/// no other live pointer reaches. Without it LLVM's alias analysis could not tell a
+/// temporary buffer (a reduction's accumulators) from the arguments, versioned loops with
+/// run-time overlap checks and kept accumulators in memory.
+///
+/// # Safety
+/// `llctx` is the context of the valid module `m`.
+unsafe fn mark_allocators(llctx: Raw, m: Raw) {
+    // SAFETY: LLVM-C on a valid module and its context (caller).
+    unsafe {
+        let kind = LLVMGetEnumAttributeKindForName(c"noalias".as_ptr(), 7);
+        if kind == 0 {
+            return;
+        }
+        for name in [c"_mlir_memref_to_llvm_alloc", c"_mlir_memref_to_llvm_aligned_alloc"] {
+            let f = LLVMGetNamedFunction(m, name.as_ptr());
+            if !f.is_null() {
+                LLVMAddAttributeAtIndex(f, ATTRIBUTE_RETURN_INDEX, LLVMCreateEnumAttribute(llctx, kind, 0));
+            }
+        }
+    }
+}
+
 pub(super) unsafe fn prepare_module(llctx: Raw, m: Raw, entry: &CStr, packed: &CStr) -> Result<(), String> {
     // SAFETY: LLVM-C on a valid module; the builder is disposed here.
     unsafe {
@@ -566,6 +590,7 @@ pub(super) unsafe fn prepare_module(llctx: Raw, m: Raw, entry: &CStr, packed: &C
             internalize(h);
             h = LLVMGetNextFunction(h);
         }
+        mark_allocators(llctx, m);
         // void packed(ptr args) { f(*(T0*)args[0], ..., *(Tn*)args[n]); }
         let fty = LLVMGlobalGetValueType(f);
         if LLVMGetTypeKind(LLVMGetReturnType(fty)) != TYPE_KIND_VOID {
@@ -610,6 +635,8 @@ pub(super) unsafe fn prepare_module(llctx: Raw, m: Raw, entry: &CStr, packed: &C
 
 /// `LLVMAttributeFunctionIndex`.
 const ATTRIBUTE_FUNCTION_INDEX: u32 = u32::MAX;
+/// `LLVMAttributeReturnIndex`.
+const ATTRIBUTE_RETURN_INDEX: u32 = 0;
 /// `LLVMAppendingLinkage`.
 const LINKAGE_APPENDING: u32 = 7;
 /// `LLVMPrivateLinkage`.

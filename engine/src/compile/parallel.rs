@@ -63,7 +63,7 @@ buffer-deallocation-pipeline,convert-bufferization-to-memref,scf-forall-to-paral
 /// memref lowering: the OpenMP region's `alloca_scope` must keep a single block) and
 /// `convert-openmp-to-llvm`.
 pub const PIPELINE_PAR_TO_LLVM: &str = "builtin.module(lower-affine,convert-scf-to-openmp,\
-expand-strided-metadata,lower-affine,finalize-memref-to-llvm{use-generic-functions=true},convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,arith-expand{include-bf16=true},\
+expand-strided-metadata,lower-affine,finalize-memref-to-llvm{use-aligned-alloc=true use-generic-functions=true},convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,arith-expand{include-bf16=true},\
 convert-arith-to-llvm,convert-index-to-llvm,convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,\
 reconcile-unrealized-casts)";
 

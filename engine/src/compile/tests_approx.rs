@@ -255,13 +255,13 @@ fn half_dtypes_use_the_f32_approximations() {
     }
 }
 
-/// Float sums reassociate (`fastmath<reassoc>`, so LLVM vectorises them with several
-/// accumulators, as XLA does): the result must stay within f32 summation error of the f64
-/// sum — |error| ≤ n · 2^-24 · Σ|x| is the worst case for any order; the vectorised tree
-/// order is far better, and this asserts 1e-6 · Σ|x| for a full and a row-wise reduction
-/// with sizes that leave a remainder after any vector width.
+/// Float sums add in lanes (`Lowerer::reduce_lanes`: 64 or 16 partial sums, added
+/// pairwise, as XLA's vectorised reductions): the result must stay within f32 summation
+/// error of the f64 sum — |error| ≤ n · 2^-24 · Σ|x| is the worst case for any order; the
+/// lane order is far better, and this asserts 1e-6 · Σ|x| for a full and a row-wise
+/// reduction with sizes that leave a remainder after any lane count.
 #[test]
-fn reassociated_sums_stay_close_to_the_f64_sum() {
+fn lane_sums_stay_close_to_the_f64_sum() {
     let n = 1_000_003usize;
     let xs: Vec<f32> = (0..n).map(|i| ((i as f64 * 0.618_033_988_7).fract() * 2.0 - 0.7) as f32).collect();
     let exact: f64 = xs.iter().map(|&x| x as f64).sum();

@@ -1,9 +1,8 @@
 //! Tiered compilation: a quick first tier now, the optimised tier in the background.
 //!
 //! `compile_tiered` compiles a module with the same MLIR pipelines as `compile` but asks
-//! LLVM for `TIER1_OPT_LEVEL` (no IR optimisation passes; code generated at LLVM's `Less`
-//! level, which forms the same fused multiply-adds as the optimised tier, see
-//! `orc::codegen_level`), which cuts the LLVM share of a first call several-fold. The returned
+//! LLVM for `TIER1_OPT_LEVEL` (no IR optimisation passes; code generated at LLVM's `None`
+//! level, FastISel), which cuts the LLVM share of a first call several-fold. The returned
 //! executable carries an [`Upgrade`] slot: from its second execution on (or on
 //! [`Executable::request_upgrade`]) the module is recompiled at the requested level
 //! (default O2) on one background worker thread, in a second MLIR context of its own, so
@@ -15,8 +14,11 @@
 //!
 //! The two tiers run the same MLIR passes, so `optimized_ir`, the LLVM IR (before LLVM's
 //! passes), cost and memory analysis and the assembly (emitted at the requested level)
-//! describe the optimised tier whatever tier runs. Results agree up to floating-point
-//! reassociation LLVM may do at O2 where the lowering allowed it (`fastmath` flags).
+//! describe the optimised tier whatever tier runs. Both tiers perform the same float
+//! operations: fused multiply-adds are formed before LLVM's passes
+//! (`context::fuse_multiply_adds`), float sums add in an order fixed by the lowering
+//! (`Lowerer::reduce_lanes`) and no fast-math flag lets LLVM reassociate, so a function's
+//! first call and its later calls agree bitwise (tested in `tests/tests/shared_jit.rs`).
 //!
 //! Bounds and lifetime: one worker thread, at most `QUEUE_MAX` queued requests (a request
 //! that does not fit is dropped and made again at a later call); the queue holds weak

@@ -101,12 +101,22 @@ impl Lowerer {
         if a.shape == out.shape {
             return Ok(x.clone());
         }
-        let xt = self.tensor(x);
-        let exprs: Vec<String> = bd
-            .iter()
-            .zip(&a.shape)
-            .map(|(&d, &s)| if s == 1 && out.shape[d] != 1 { "0".to_string() } else { format!("d{d}") })
-            .collect();
+        let mut xt = self.tensor(x);
+        // Operand dims of size 1 that are broadcast are dropped first (a rank-reducing
+        // `tensor.extract_slice`), so the generic's operand map is a projected permutation
+        // (`(d0, d1) -> (d0)`, not `(d0, d1) -> (d0, 0)`): linalg's reshape propagation
+        // (fold by expansion) only moves reshapes through generics whose maps all are, and
+        // a sum that views its input as lanes (`reduce_lanes`) relies on it to fuse a
+        // producer that reads a broadcast (softmax's `exp(x - max)`). A `collapse_shape`
+        // would not do: that propagation folds it into the consumer by giving the consumer
+        // the unit dim back.
+        let kept: Vec<usize> = (0..a.ndim()).filter(|&i| !(a.shape[i] == 1 && out.shape[bd[i]] != 1)).collect();
+        if kept.len() < a.ndim() {
+            let ca = ShapedArray::new(&kept.iter().map(|&i| a.shape[i]).collect::<Vec<_>>(), a.dtype);
+            xt = self.drop_unit_dims(&xt, &a, &ca);
+        }
+        let exprs: Vec<String> = kept.iter().map(|&i| format!("d{}", bd[i])).collect();
+        let a = ShapedArray::new(&kept.iter().map(|&i| a.shape[i]).collect::<Vec<_>>(), a.dtype);
         let r = out.ndim();
         let e0 = self.empty(out);
         let (it, ot, el) = (a.mlir_tensor(), out.mlir_tensor(), out.dtype.mlir());
@@ -254,6 +264,11 @@ impl Lowerer {
             return self.cast_tensor(&v, d);
         }
         let xt = self.tensor(&xc);
+        let last = a.ndim() - 1;
+        if float_sum(p, c) && a.size() > 0 && sorted.last() == Some(&last) && a.shape[last] >= 2 * SUM_LANES_NARROW {
+            let (r, _) = self.reduce_lanes(p, &xt, &ShapedArray::new(&a.shape, c), &sorted, &iv)?;
+            return self.cast_tensor(&Val::T(r, acc), d);
+        }
         let fill = self.splat(&iv, &acc);
         let res = self.reduce_op(p, &xt, &ShapedArray::new(&a.shape, c), &fill, &acc, &sorted);
         self.cast_tensor(&Val::T(res, acc), d)
@@ -271,8 +286,8 @@ impl Lowerer {
         self.e.line(&format!("  ({i}: {}, {o}: {}) {{", c.mlir(), c.mlir()));
         self.e.push();
         self.e.push();
-        // Sums may reassociate (as XLA's do), which lets LLVM vectorize them.
-        let fm = if op == "arith.addf" { " fastmath<reassoc>" } else { "" };
+        // No `reassoc` on sums: their association is fixed by the lowering
+        // (`reduce_lanes`), so unoptimised and optimised code add in the same order.
         let s = if matches!(c, DType::F32 | DType::F64) && matches!(op, "arith.maximumf" | "arith.minimumf") {
             // `llvm.intr.maximum`/`minimum` have `arith.maximumf`'s semantics (NaN
             // propagates, -0 < +0), but `arith-expand` leaves them alone: expanded into
@@ -282,7 +297,7 @@ impl Lowerer {
             let t = c.mlir();
             self.e.op(&format!("llvm.intr.{f}({i}, {o}) : ({t}, {t}) -> {t}"))
         } else {
-            self.e.op(&format!("{op} {i}, {o}{fm} : {}", c.mlir()))
+            self.e.op(&format!("{op} {i}, {o} : {}", c.mlir()))
         };
         self.e.line(&format!("linalg.yield {s} : {}", c.mlir()));
         self.e.pop();
@@ -299,11 +314,15 @@ impl Lowerer {
     /// threads), the partials are reduced in order into `[m]`, and the `n - P·C < P`
     /// remaining elements of each row are reduced onto that. The order of operations is
     /// fixed by the shapes alone, so results do not depend on the number of threads.
-    /// `iv` is the init scalar. Returns the `[m]` result (0-d when m = 1).
+    /// Float sums take `C` a multiple of [`SUM_LANES_WIDE`] and reduce each part in lanes
+    /// (`reduce_lanes`); the remaining `n - P·C < P·SUM_LANES_WIDE` elements are added in
+    /// order. `iv` is the init scalar. Returns the `[m]` result (0-d when m = 1).
     fn reduce_split(&mut self, x: &Val, m: usize, n: usize, iv: &str, p: &Primitive) -> Result<Val, Error> {
         let c = x.aval().dtype;
         let parts = REDUCE_SPLIT_PARTS;
-        let (cl, rest) = (n / parts, n % parts);
+        let lanes = float_sum(p, c);
+        let cl = if lanes { n / (parts * SUM_LANES_WIDE) * SUM_LANES_WIDE } else { n / parts };
+        let rest = n - parts * cl;
         // One result: no leading dim, so the partials' loop is the outermost one.
         let lead: Vec<usize> = if m == 1 { vec![] } else { vec![m] };
         let k = lead.len();
@@ -327,8 +346,12 @@ impl Lowerer {
             x3a.mlir_tensor()
         ));
         let pa = sh(&[parts]);
-        let pfill = self.splat(iv, &pa);
-        let partial = self.reduce_op(p, &x3, &x3a, &pfill, &pa, &[k + 1]);
+        let partial = if lanes {
+            self.reduce_lanes(p, &x3, &x3a, &[k + 1], iv)?.0
+        } else {
+            let pfill = self.splat(iv, &pa);
+            self.reduce_op(p, &x3, &x3a, &pfill, &pa, &[k + 1])
+        };
         let ma = sh(&[]);
         let mfill = self.splat(iv, &ma);
         let s = self.reduce_op(p, &partial, &pa, &mfill, &ma, &[k]);
@@ -340,6 +363,103 @@ impl Lowerer {
         let tail = self.e.op(&format!("tensor.extract_slice {x2t}[{off}] [{lead_s}{rest}] [{ones}] : {} to {}", x2a.mlir_tensor(), ta.mlir_tensor()));
         let r = self.reduce_op(p, &tail, &ta, &s, &ma, &[k]);
         Ok(Val::T(r, ma))
+    }
+
+    /// A float sum of tensor `xt` (aval `xa`, compute dtype) over `dims` (sorted,
+    /// including the last axis, whose length `n` is at least `2 * SUM_LANES_NARROW`) with
+    /// its order of additions fixed in the IR, as XLA:CPU's vectorised reductions fix theirs
+    /// (explicit vector accumulators): the first `q·L` elements of the last axis
+    /// (`L` = [`SUM_LANES_WIDE`] when `n ≥ 4·SUM_LANES_WIDE`, else [`SUM_LANES_NARROW`])
+    /// are viewed as `[q, L]` and summed over `q` (and the other reduced axes) into `L`
+    /// lane sums (the innermost loop runs over lanes and is parallel, so LLVM vectorises it
+    /// with no reassociation); the lanes are added pairwise, halves first
+    /// (`lane[i] + lane[i + L/2]`, log2 L rounds, one loop nest), and the last `n mod L` elements are then
+    /// added in order. Unoptimised code (tier 1) and LLVM's optimised code perform the same
+    /// additions, so a jitted function's first call and its later calls agree bitwise (with
+    /// `reassoc` flags LLVM chose the association at O2 only, and they differed by tens of
+    /// ulp on large sums). Returns the result's name and aval (the kept dims).
+    fn reduce_lanes(&mut self, p: &Primitive, xt: &str, xa: &ShapedArray, dims: &[usize], iv: &str) -> Result<(String, ShapedArray), Error> {
+        let c = xa.dtype;
+        let r = xa.ndim();
+        let n = xa.shape[r - 1];
+        let l = if n >= 4 * SUM_LANES_WIDE { SUM_LANES_WIDE } else { SUM_LANES_NARROW };
+        let (q, rest) = (n / l, n % l);
+        let lead = &xa.shape[..r - 1];
+        let kept: Vec<usize> = (0..r - 1).filter(|i| !dims.contains(i)).map(|i| xa.shape[i]).collect();
+        let k = kept.len();
+        let zeros = vec!["0"; r].join(", ");
+        let ones = vec!["1"; r].join(", ");
+        let lead_s: String = lead.iter().map(|d| format!("{d}, ")).collect();
+        let main_a = ShapedArray::new(&[lead, &[q * l]].concat(), c);
+        let main = if rest == 0 {
+            xt.to_string()
+        } else {
+            self.e.op(&format!("tensor.extract_slice {xt}[{zeros}] [{lead_s}{}] [{ones}] : {} to {}", q * l, xa.mlir_tensor(), main_a.mlir_tensor()))
+        };
+        // [lead..., q·L] -> [lead..., q, L]
+        let split_last = |rank: usize| -> String {
+            let mut g: Vec<String> = (0..rank - 1).map(|i| format!("[{i}]")).collect();
+            g.push(format!("[{}, {}]", rank - 1, rank));
+            format!("[{}]", g.join(", "))
+        };
+        let x3a = ShapedArray::new(&[lead, &[q, l]].concat(), c);
+        let x3 = self.e.op(&format!(
+            "tensor.expand_shape {main} {} output_shape [{lead_s}{q}, {l}] : {} into {}",
+            split_last(r),
+            main_a.mlir_tensor(),
+            x3a.mlir_tensor()
+        ));
+        let with = |tail: &[usize]| ShapedArray::new(&[kept.as_slice(), tail].concat(), c);
+        let la = with(&[l]);
+        let lfill = self.splat(iv, &la);
+        let v = self.reduce_op(p, &x3, &x3a, &lfill, &la, dims);
+        // Pairwise, in one loop nest over the kept dims: lanes [0, len/2) plus lanes
+        // [len/2, len) until one is left, on the lanes read with `tensor.extract` (separate
+        // generics per step cost a loop nest, a buffer and a parallel region each; an
+        // expand_shape per step would be propagated through the lane sums by the reshape
+        // fusion, splitting their lane loop into log2 L loops of 2).
+        let out_a = with(&[]);
+        let la_t = la.mlir_tensor();
+        let t = c.mlir();
+        let s = self.ew(&out_a, &[], &mut |e, _| {
+            let idx: Vec<String> = (0..k).map(|d| e.op(&format!("linalg.index {d} : index"))).collect();
+            let mut vals: Vec<String> = (0..l)
+                .map(|j| {
+                    let cj = e.op(&format!("arith.constant {j} : index"));
+                    let at: Vec<String> = idx.iter().cloned().chain([cj]).collect();
+                    e.op(&format!("tensor.extract {v}[{}] : {la_t}", at.join(", ")))
+                })
+                .collect();
+            while vals.len() > 1 {
+                let half = vals.len() / 2;
+                vals = (0..half).map(|i| e.op(&format!("arith.addf {}, {} : {t}", vals[i], vals[i + half]))).collect();
+            }
+            Ok(vals.pop().expect("one lane left"))
+        })?;
+        let s = self.tensor(&s);
+        if rest == 0 {
+            return Ok((s, out_a));
+        }
+        let ta = ShapedArray::new(&[lead, &[rest]].concat(), c);
+        let off = format!("{}{}", "0, ".repeat(r - 1), q * l);
+        let tail = self.e.op(&format!("tensor.extract_slice {xt}[{off}] [{lead_s}{rest}] [{ones}] : {} to {}", xa.mlir_tensor(), ta.mlir_tensor()));
+        let res = self.reduce_op(p, &tail, &ta, &s, &out_a, dims);
+        Ok((res, out_a))
+    }
+
+    /// Tensor `xt` of aval `a` without some of its unit dims, as aval `to` (the same
+    /// elements): a rank-reducing `tensor.extract_slice` of the whole tensor. Returns its
+    /// name.
+    fn drop_unit_dims(&mut self, xt: &str, a: &ShapedArray, to: &ShapedArray) -> String {
+        let r = a.ndim();
+        let sizes = a.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        self.e.op(&format!(
+            "tensor.extract_slice {xt}[{}] [{sizes}] [{}] : {} to {}",
+            vec!["0"; r].join(", "),
+            vec!["1"; r].join(", "),
+            a.mlir_tensor(),
+            to.mlir_tensor()
+        ))
     }
 
     /// `dot_general`. Output dims are batch, lhs free, rhs free.
@@ -621,6 +741,19 @@ pub const REDUCE_SPLIT_MAX_OUT: usize = 64;
 /// Number of partial results of a split reduction: a constant, so results are the same on
 /// any number of threads.
 pub const REDUCE_SPLIT_PARTS: usize = 16;
+
+/// Lane sums of a float sum whose last axis has at least `4 * SUM_LANES_WIDE` elements
+/// (`Lowerer::reduce_lanes`): four 512-bit vectors of f32 accumulate independently.
+pub const SUM_LANES_WIDE: usize = 64;
+/// Lane sums of a float sum whose last axis has `2 * SUM_LANES_NARROW` to
+/// `4 * SUM_LANES_WIDE` elements (shorter ones add in order).
+pub const SUM_LANES_NARROW: usize = 16;
+
+/// Whether `p` over compute dtype `c` is a float sum (the one reduction whose result
+/// depends on the order of its operations).
+fn float_sum(p: &Primitive, c: DType) -> bool {
+    matches!(p, Primitive::ReduceSum { .. }) && c.is_float()
+}
 
 /// Products with fewer multiply-adds than this stay in MLIR loops; larger f32/f64 ones go
 /// to the GEMM runtime. Measured with `tests/src/bin/gemm_probe.rs` (see its docs); the
