@@ -51,12 +51,17 @@ pub fn gelu(x: &Array, approximate: bool) -> Result<Array> {
     }
 }
 
-/// Reduces with `max` over `axis` keeping the reduced dims as size 1.
+/// Reduces with `max` over `axis` keeping the reduced dims as size 1; over a zero-size
+/// axis the maximum is `-inf` (JAX's `initial=-inf` in softmax and logsumexp), so their
+/// results are empty or `-inf` rather than an error.
 fn max_keep(x: &Array, axis: &[isize]) -> Result<Array> {
-    let m = jnp::max(x, Some(axis))?;
     let n = x.ndim() as isize;
     let ax: Vec<usize> = axis.iter().map(|&i| if i < 0 { (i + n) as usize } else { i as usize }).collect();
     let keep: Vec<usize> = (0..x.ndim()).map(|i| if ax.contains(&i) { 1 } else { x.shape()[i] }).collect();
+    if x.dtype().is_float() && ax.iter().any(|&i| i < x.ndim() && x.shape()[i] == 0) {
+        return Ok(jnp::full(&keep, f64::NEG_INFINITY, x.dtype()));
+    }
+    let m = jnp::max(x, Some(axis))?;
     lax::reshape(&m, &keep)
 }
 

@@ -231,6 +231,15 @@ fn einsum_nn_conv_pool_match_f64() {
     both("log_softmax", |x| nn::log_softmax(x, 1).unwrap(), &x, &[2, 3], &want.iter().map(|v| v.ln()).collect::<Vec<_>>(), 1e-5);
     let lse = |r: &[f64]| { let m = r.iter().cloned().fold(f64::MIN, f64::max); m + r.iter().map(|v| (v - m).exp()).sum::<f64>().ln() };
     both("logsumexp", |x| nn::logsumexp(x, Some(&[1])).unwrap(), &x, &[2], &[lse(&[1.0, 2.0, 3.0]), lse(&[1000.0; 3])], 1e-6);
+    // Over a zero-size axis (JAX's initial=-inf): softmax is empty, logsumexp is -inf,
+    // eagerly and under jit.
+    let e = Array::from_vec(Vec::<f32>::new(), &[3, 0]).unwrap();
+    for sm_e in [nn::softmax(&e, -1).unwrap(), jit(|v: Array| nn::softmax(&v, -1)).call(&e).unwrap()] {
+        assert_eq!(sm_e.shape(), vec![3, 0]);
+    }
+    for l in [nn::logsumexp(&e, Some(&[1])).unwrap(), jit(|v: Array| nn::logsumexp(&v, Some(&[1]))).call(&e).unwrap()] {
+        assert_eq!(l.to_vec::<f32>().unwrap(), vec![f32::NEG_INFINITY; 3]);
+    }
     check("one_hot", &nn::one_hot(&iarr(&[3], &[0, 2, 5]), 3, DType::F32).unwrap(), &[3, 3], &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], 0.0);
     // conv NCHW/OIHW: 1x1x4x4 input, 2x1x2x2 kernel, stride 1, padding 1 on each side
     let img: Vec<f64> = (0..16).map(|i| i as f64).collect();

@@ -214,3 +214,16 @@ fn softmax_matches_f64_fresh_and_donated() {
         }
     }
 }
+
+/// A float sum over a leading axis adds in blocks (`Lowerer::reduce_blocks`): a column of
+/// 2^24 + 4096 ones sums to its exact count (one element after another, f32 stops growing
+/// at 2^24), as JAX's does; the mean is 1.
+#[test]
+fn column_sums_of_more_than_2_24_rows_are_exact() {
+    let n = (1usize << 24) + 4096;
+    let x = jnp::ones(&[n, 2], DType::F32);
+    let s = jit(|v: Array| jnp::sum(&v, Some(&[0]))).call(&x).unwrap();
+    assert_eq!(s.to_vec::<f32>().unwrap(), vec![n as f32; 2]);
+    let m = jit(|v: Array| jnp::mean(&v, Some(&[0]))).call(&x).unwrap();
+    assert_eq!(m.to_vec::<f32>().unwrap(), vec![1.0; 2]);
+}

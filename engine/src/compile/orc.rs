@@ -128,6 +128,20 @@ unsafe extern "C" {
     fn LLVMGetAttributesAtIndex(f: Raw, idx: u32, attrs: *mut Raw);
     fn LLVMAddAttributeAtIndex(f: Raw, idx: u32, a: Raw);
     fn LLVMGetEnumAttributeKindForName(name: *const c_char, len: usize) -> u32;
+    fn LLVMGetFirstBasicBlock(f: Raw) -> Raw;
+    fn LLVMGetNextBasicBlock(bb: Raw) -> Raw;
+    fn LLVMGetFirstInstruction(bb: Raw) -> Raw;
+    fn LLVMGetNextInstruction(i: Raw) -> Raw;
+    fn LLVMIsACallInst(v: Raw) -> Raw;
+    fn LLVMGetCalledValue(call: Raw) -> Raw;
+    fn LLVMGetValueName2(v: Raw, len: *mut usize) -> *const c_char;
+    fn LLVMGetOperand(v: Raw, i: u32) -> Raw;
+    fn LLVMTypeOf(v: Raw) -> Raw;
+    fn LLVMPositionBuilderBefore(b: Raw, i: Raw);
+    fn LLVMReplaceAllUsesWith(old: Raw, new: Raw);
+    fn LLVMInstructionEraseFromParent(i: Raw);
+    fn LLVMAddCallSiteAttribute(call: Raw, idx: u32, a: Raw);
+    fn LLVMGetNamedFunctionWithLength(m: Raw, name: *const c_char, len: usize) -> Raw;
     fn LLVMCreateEnumAttribute(c: Raw, kind: u32, val: u64) -> Raw;
     fn LLVMDisposeModule(m: Raw);
     fn LLVMContextCreate() -> Raw;
@@ -565,6 +579,74 @@ unsafe fn mark_allocators(llctx: Raw, m: Raw) {
     }
 }
 
+/// Replaces every scalar `llvm.pow.f32`/`llvm.pow.f64` call (from `math.powf`) by a
+/// `nobuiltin` call to libm's `powf`/`pow`, the function unoptimised code calls for it too.
+/// LLVM's optimiser rewrites `pow` with some constant arguments (`pow(x, 0.5)` to `sqrt`,
+/// `pow(x, 2)` to `x*x`, `pow(x, -1)` to `1/x`, `pow(2, y)` to `exp2`), which are not
+/// always libm's bits (1 ulp apart on a few of 4096 inputs): tier 1 and the optimised tier
+/// of one function disagreed. A `nobuiltin` call is left alone.
+///
+/// # Safety
+/// `llctx` is the context of the valid module `m`.
+unsafe fn opaque_pow(llctx: Raw, m: Raw) {
+    // SAFETY: LLVM-C on a valid module and its context (caller); instructions are replaced
+    // after the walk that found them.
+    unsafe {
+        let nobuiltin = LLVMGetEnumAttributeKindForName(c"nobuiltin".as_ptr(), 9);
+        if nobuiltin == 0 {
+            return;
+        }
+        let mut calls: Vec<(Raw, bool)> = vec![];
+        let mut f = LLVMGetFirstFunction(m);
+        while !f.is_null() {
+            let mut bb = LLVMGetFirstBasicBlock(f);
+            while !bb.is_null() {
+                let mut i = LLVMGetFirstInstruction(bb);
+                while !i.is_null() {
+                    if !LLVMIsACallInst(i).is_null() {
+                        let callee = LLVMGetCalledValue(i);
+                        let mut len = 0usize;
+                        let name = LLVMGetValueName2(callee, &mut len);
+                        if !name.is_null() {
+                            match std::slice::from_raw_parts(name as *const u8, len) {
+                                b"llvm.pow.f32" => calls.push((i, false)),
+                                b"llvm.pow.f64" => calls.push((i, true)),
+                                _ => {}
+                            }
+                        }
+                    }
+                    i = LLVMGetNextInstruction(i);
+                }
+                bb = LLVMGetNextBasicBlock(bb);
+            }
+            f = LLVMGetNextFunction(f);
+        }
+        if calls.is_empty() {
+            return;
+        }
+        let b = LLVMCreateBuilderInContext(llctx);
+        let empty = c"";
+        for (call, f64) in calls {
+            let (x, y) = (LLVMGetOperand(call, 0), LLVMGetOperand(call, 1));
+            let t = LLVMTypeOf(x);
+            let name: &CStr = if f64 { c"pow" } else { c"powf" };
+            let mut ps = [t, t];
+            let fty = LLVMFunctionType(t, ps.as_mut_ptr(), 2, 0);
+            let mut libm = LLVMGetNamedFunctionWithLength(m, name.as_ptr(), name.to_bytes().len());
+            if libm.is_null() {
+                libm = LLVMAddFunction(m, name.as_ptr(), fty);
+            }
+            LLVMPositionBuilderBefore(b, call);
+            let mut args = [x, y];
+            let new = LLVMBuildCall2(b, fty, libm, args.as_mut_ptr(), 2, empty.as_ptr());
+            LLVMAddCallSiteAttribute(new, ATTRIBUTE_FUNCTION_INDEX, LLVMCreateEnumAttribute(llctx, nobuiltin, 0));
+            LLVMReplaceAllUsesWith(call, new);
+            LLVMInstructionEraseFromParent(call);
+        }
+        LLVMDisposeBuilder(b);
+    }
+}
+
 pub(super) unsafe fn prepare_module(llctx: Raw, m: Raw, entry: &CStr, packed: &CStr) -> Result<(), String> {
     // SAFETY: LLVM-C on a valid module; the builder is disposed here.
     unsafe {
@@ -591,6 +673,7 @@ pub(super) unsafe fn prepare_module(llctx: Raw, m: Raw, entry: &CStr, packed: &C
             h = LLVMGetNextFunction(h);
         }
         mark_allocators(llctx, m);
+        opaque_pow(llctx, m);
         // void packed(ptr args) { f(*(T0*)args[0], ..., *(Tn*)args[n]); }
         let fty = LLVMGlobalGetValueType(f);
         if LLVMGetTypeKind(LLVMGetReturnType(fty)) != TYPE_KIND_VOID {

@@ -269,6 +269,11 @@ impl Lowerer {
             let (r, _) = self.reduce_lanes(p, &xt, &ShapedArray::new(&a.shape, c), &sorted, &iv)?;
             return self.cast_tensor(&Val::T(r, acc), d);
         }
+        let first = sorted[0];
+        if float_sum(p, c) && n >= REDUCE_SPLIT_MIN && a.shape[first] >= 2 * REDUCE_SPLIT_PARTS {
+            let r = self.reduce_blocks(p, &xt, &ShapedArray::new(&a.shape, c), &sorted, &iv, &acc);
+            return self.cast_tensor(&Val::T(r, acc), d);
+        }
         let fill = self.splat(&iv, &acc);
         let res = self.reduce_op(p, &xt, &ShapedArray::new(&a.shape, c), &fill, &acc, &sorted);
         self.cast_tensor(&Val::T(res, acc), d)
@@ -445,6 +450,72 @@ impl Lowerer {
         let tail = self.e.op(&format!("tensor.extract_slice {xt}[{off}] [{lead_s}{rest}] [{ones}] : {} to {}", xa.mlir_tensor(), ta.mlir_tensor()));
         let res = self.reduce_op(p, &tail, &ta, &s, &out_a, dims);
         Ok((res, out_a))
+    }
+
+    /// A long float sum of tensor `xt` (aval `xa`, compute dtype) over `dims` (sorted, not
+    /// including the last axis; at least [`REDUCE_SPLIT_MIN`] elements per result) into
+    /// aval `out`, in blocks: the first reduced axis (length `s`) is cut into
+    /// [`REDUCE_SPLIT_PARTS`] contiguous blocks of `q = s / P` (`[.., P, q, ..]`), each
+    /// block summed into its own partial result (the `P` loop is parallel, so the compile
+    /// stage can spread it over threads), the partials then added in order and the last
+    /// `s mod P` slices after them. Summed one element after another, a column of more than
+    /// 2^24 ones stops growing at 2^24 in f32 (JAX gives the exact count); each block here
+    /// stays 16 times shorter. The order is fixed by the shapes, so both tiers and any
+    /// thread count agree bitwise. Returns the result's name.
+    fn reduce_blocks(&mut self, p: &Primitive, xt: &str, xa: &ShapedArray, dims: &[usize], iv: &str, out: &ShapedArray) -> String {
+        let c = xa.dtype;
+        let r = xa.ndim();
+        let ax = dims[0];
+        let s = xa.shape[ax];
+        let parts = REDUCE_SPLIT_PARTS;
+        let (q, rest) = (s / parts, s % parts);
+        let with_ax = |len: usize| -> ShapedArray {
+            let mut sh = xa.shape.clone();
+            sh[ax] = len;
+            ShapedArray::new(&sh, c)
+        };
+        let sizes = |a: &ShapedArray| a.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        let ones = vec!["1"; r].join(", ");
+        let main_a = with_ax(parts * q);
+        let main = if rest == 0 {
+            xt.to_string()
+        } else {
+            self.e.op(&format!("tensor.extract_slice {xt}[{}] [{}] [{ones}] : {} to {}", vec!["0"; r].join(", "), sizes(&main_a), xa.mlir_tensor(), main_a.mlir_tensor()))
+        };
+        // [.., P·q, ..] -> [.., P, q, ..]
+        let mut groups: Vec<String> = vec![];
+        for i in 0..r {
+            groups.push(if i < ax { format!("[{i}]") } else if i == ax { format!("[{i}, {}]", i + 1) } else { format!("[{}]", i + 1) });
+        }
+        let mut xsh = xa.shape.clone();
+        xsh[ax] = q;
+        xsh.insert(ax, parts);
+        let x3a = ShapedArray::new(&xsh, c);
+        let x3 = self.e.op(&format!(
+            "tensor.expand_shape {main} [{}] output_shape [{}] : {} into {}",
+            groups.join(", "),
+            sizes(&x3a),
+            main_a.mlir_tensor(),
+            x3a.mlir_tensor()
+        ));
+        // Reduced: q and the other reduced axes (shifted past the new P axis).
+        let rdims: Vec<usize> = dims.iter().map(|&d| if d == ax { ax + 1 } else { d + 1 }).collect();
+        // Every axis before `ax` is kept, so P lands at position `ax` of the partials.
+        let mut psh = out.shape.clone();
+        psh.insert(ax, parts);
+        let pa = ShapedArray::new(&psh, c);
+        let pfill = self.splat(iv, &pa);
+        let partial = self.reduce_op(p, &x3, &x3a, &pfill, &pa, &rdims);
+        let fill = self.splat(iv, out);
+        let sum = self.reduce_op(p, &partial, &pa, &fill, out, &[ax]);
+        if rest == 0 {
+            return sum;
+        }
+        let ta = with_ax(rest);
+        let mut off = vec!["0".to_string(); r];
+        off[ax] = (parts * q).to_string();
+        let tail = self.e.op(&format!("tensor.extract_slice {xt}[{}] [{}] [{ones}] : {} to {}", off.join(", "), sizes(&ta), xa.mlir_tensor(), ta.mlir_tensor()));
+        self.reduce_op(p, &tail, &ta, &sum, out, dims)
     }
 
     /// Tensor `xt` of aval `a` without some of its unit dims, as aval `to` (the same
