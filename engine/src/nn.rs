@@ -58,8 +58,10 @@ fn max_keep(x: &Array, axis: &[isize]) -> Result<Array> {
     let n = x.ndim() as isize;
     let ax: Vec<usize> = axis.iter().map(|&i| if i < 0 { (i + n) as usize } else { i as usize }).collect();
     let keep: Vec<usize> = (0..x.ndim()).map(|i| if ax.contains(&i) { 1 } else { x.shape()[i] }).collect();
-    if x.dtype().is_float() && ax.iter().any(|&i| i < x.ndim() && x.shape()[i] == 0) {
-        return Ok(jnp::full(&keep, f64::NEG_INFINITY, x.dtype()));
+    if ax.iter().any(|&i| i < x.ndim() && x.shape()[i] == 0) {
+        // Integer inputs: a float -inf, which the later arithmetic promotes to.
+        let d = if x.dtype().is_float() { x.dtype() } else { DType::F32 };
+        return Ok(jnp::full(&keep, f64::NEG_INFINITY, d));
     }
     let m = jnp::max(x, Some(axis))?;
     lax::reshape(&m, &keep)

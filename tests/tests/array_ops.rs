@@ -240,6 +240,9 @@ fn einsum_nn_conv_pool_match_f64() {
     for l in [nn::logsumexp(&e, Some(&[1])).unwrap(), jit(|v: Array| nn::logsumexp(&v, Some(&[1]))).call(&e).unwrap()] {
         assert_eq!(l.to_vec::<f32>().unwrap(), vec![f32::NEG_INFINITY; 3]);
     }
+    let ei = Array::from_vec(Vec::<i32>::new(), &[3, 0]).unwrap();
+    assert_eq!(nn::softmax(&ei, -1).unwrap().shape(), vec![3, 0]);
+    assert_eq!(nn::logsumexp(&ei, Some(&[1])).unwrap().to_vec::<f32>().unwrap(), vec![f32::NEG_INFINITY; 3]);
     check("one_hot", &nn::one_hot(&iarr(&[3], &[0, 2, 5]), 3, DType::F32).unwrap(), &[3, 3], &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], 0.0);
     // conv NCHW/OIHW: 1x1x4x4 input, 2x1x2x2 kernel, stride 1, padding 1 on each side
     let img: Vec<f64> = (0..16).map(|i| i as f64).collect();

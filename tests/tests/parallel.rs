@@ -226,4 +226,10 @@ fn column_sums_of_more_than_2_24_rows_are_exact() {
     assert_eq!(s.to_vec::<f32>().unwrap(), vec![n as f32; 2]);
     let m = jit(|v: Array| jnp::mean(&v, Some(&[0]))).call(&x).unwrap();
     assert_eq!(m.to_vec::<f32>().unwrap(), vec![1.0; 2]);
+    // The longest reduced axis is cut, whatever its position: over (0, 1) of
+    // [8, 2^21 + 4096, 2] (a fresh user's case; JAX gives 16809984).
+    let k = (1usize << 21) + 4096;
+    let x = jnp::ones(&[8, k, 2], DType::F32);
+    let s = jit(|v: Array| jnp::sum(&v, Some(&[0, 1]))).call(&x).unwrap();
+    assert_eq!(s.to_vec::<f32>().unwrap(), vec![(8 * k) as f32; 2]);
 }

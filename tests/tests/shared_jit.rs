@@ -191,6 +191,7 @@ fn both_tiers_give_the_same_bits_for_float_sums() {
         ("axes 0 and 2", vec![5, 7, 300], Box::new(|v: Array| jnp::sum(&v, Some(&[0, 2]))), Some(vec![0, 2])),
         ("columns of 70 001", vec![70_001, 3], Box::new(|v: Array| jnp::sum(&v, Some(&[0]))), Some(vec![0])),
         ("axes 0 and 2 in blocks", vec![40_003, 2, 3], Box::new(|v: Array| jnp::sum(&v, Some(&[0, 2]))), Some(vec![0, 2])),
+        ("axes 0 and 1, the second longest", vec![3, 30_011, 2], Box::new(|v: Array| jnp::sum(&v, Some(&[0, 1]))), Some(vec![0, 1])),
         ("sum of squares", vec![70_001], Box::new(|v: Array| jnp::sum(&(&v * &v), None)), None),
         ("softmax", vec![64, 1000], Box::new(|v: Array| jax::nn::softmax(&v, -1)), None),
         (

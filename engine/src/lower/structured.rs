@@ -269,9 +269,10 @@ impl Lowerer {
             let (r, _) = self.reduce_lanes(p, &xt, &ShapedArray::new(&a.shape, c), &sorted, &iv)?;
             return self.cast_tensor(&Val::T(r, acc), d);
         }
-        let first = sorted[0];
-        if float_sum(p, c) && n >= REDUCE_SPLIT_MIN && a.shape[first] >= 2 * REDUCE_SPLIT_PARTS {
-            let r = self.reduce_blocks(p, &xt, &ShapedArray::new(&a.shape, c), &sorted, &iv, &acc);
+        // The longest reduced axis (the first of equal ones) is cut into blocks.
+        let longest = sorted.iter().copied().fold(sorted[0], |b, i| if a.shape[i] > a.shape[b] { i } else { b });
+        if float_sum(p, c) && n >= REDUCE_SPLIT_MIN && a.shape[longest] >= 2 * REDUCE_SPLIT_PARTS {
+            let r = self.reduce_blocks(p, &xt, &ShapedArray::new(&a.shape, c), &sorted, longest, &iv, &acc);
             return self.cast_tensor(&Val::T(r, acc), d);
         }
         let fill = self.splat(&iv, &acc);
@@ -452,22 +453,23 @@ impl Lowerer {
         Ok((res, out_a))
     }
 
-    /// A long float sum of tensor `xt` (aval `xa`, compute dtype) over `dims` (sorted, not
-    /// including the last axis; at least [`REDUCE_SPLIT_MIN`] elements per result) into
-    /// aval `out`, in blocks: the first reduced axis (length `s`) is cut into
-    /// [`REDUCE_SPLIT_PARTS`] contiguous blocks of `q = s / P` (`[.., P, q, ..]`), each
-    /// block summed into its own partial result (the `P` loop is parallel, so the compile
-    /// stage can spread it over threads), the partials then added in order and the last
-    /// `s mod P` slices after them. Summed one element after another, a column of more than
-    /// 2^24 ones stops growing at 2^24 in f32 (JAX gives the exact count); each block here
-    /// stays 16 times shorter. The order is fixed by the shapes, so both tiers and any
-    /// thread count agree bitwise. Returns the result's name.
-    fn reduce_blocks(&mut self, p: &Primitive, xt: &str, xa: &ShapedArray, dims: &[usize], iv: &str, out: &ShapedArray) -> String {
+    /// A long float sum of tensor `xt` (aval `xa`, compute dtype) over `dims` (sorted; at
+    /// least [`REDUCE_SPLIT_MIN`] elements per result; not a last-axis lane sum) into aval
+    /// `out`, in blocks: reduced axis `ax` (its longest, length `s`) is cut into
+    /// `P = max(REDUCE_SPLIT_PARTS, ceil(s / 2^20))` contiguous blocks of `q = s / P`
+    /// (`[.., P, q, ..]`), each block summed into its own partial result (the `P` loop is
+    /// parallel, so the compile stage can spread it over threads), the partials then added
+    /// in order and the last `s mod P` slices after them. Summed one element after
+    /// another, a column of more than 2^24 ones stops growing at 2^24 in f32 (JAX gives the
+    /// exact count); here a block holds at most 2^20 slices of the axis. The order is
+    /// fixed by the shapes, so both tiers and any thread count agree bitwise. Returns the
+    /// result's name.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_blocks(&mut self, p: &Primitive, xt: &str, xa: &ShapedArray, dims: &[usize], ax: usize, iv: &str, out: &ShapedArray) -> String {
         let c = xa.dtype;
         let r = xa.ndim();
-        let ax = dims[0];
         let s = xa.shape[ax];
-        let parts = REDUCE_SPLIT_PARTS;
+        let parts = REDUCE_SPLIT_PARTS.max(s.div_ceil(1 << 20));
         let (q, rest) = (s / parts, s % parts);
         let with_ax = |len: usize| -> ShapedArray {
             let mut sh = xa.shape.clone();
@@ -498,16 +500,17 @@ impl Lowerer {
             main_a.mlir_tensor(),
             x3a.mlir_tensor()
         ));
-        // Reduced: q and the other reduced axes (shifted past the new P axis).
-        let rdims: Vec<usize> = dims.iter().map(|&d| if d == ax { ax + 1 } else { d + 1 }).collect();
-        // Every axis before `ax` is kept, so P lands at position `ax` of the partials.
+        // Reduced: q and the other reduced axes (those from `ax` on shift past P).
+        let rdims: Vec<usize> = dims.iter().map(|&d| if d < ax { d } else { d + 1 }).collect();
+        // P lands after the kept axes that come before `ax`.
+        let at = (0..ax).filter(|i| !dims.contains(i)).count();
         let mut psh = out.shape.clone();
-        psh.insert(ax, parts);
+        psh.insert(at, parts);
         let pa = ShapedArray::new(&psh, c);
         let pfill = self.splat(iv, &pa);
         let partial = self.reduce_op(p, &x3, &x3a, &pfill, &pa, &rdims);
         let fill = self.splat(iv, out);
-        let sum = self.reduce_op(p, &partial, &pa, &fill, out, &[ax]);
+        let sum = self.reduce_op(p, &partial, &pa, &fill, out, &[at]);
         if rest == 0 {
             return sum;
         }
