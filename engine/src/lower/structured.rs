@@ -336,14 +336,9 @@ impl Lowerer {
         let x2a = sh(&[n]);
         let x2 = self.reshape(x, &x2a)?;
         let x2t = self.tensor(&x2);
-        let (zeros, ones) = (vec!["0"; k + 1].join(", "), vec!["1"; k + 1].join(", "));
         let lead_s: String = lead.iter().map(|d| format!("{d}, ")).collect();
         let main_a = sh(&[parts * cl]);
-        let main = if rest == 0 {
-            x2t.clone()
-        } else {
-            self.e.op(&format!("tensor.extract_slice {x2t}[{zeros}] [{lead_s}{}] [{ones}] : {} to {}", parts * cl, x2a.mlir_tensor(), main_a.mlir_tensor()))
-        };
+        let main = if rest == 0 { x2t.clone() } else { self.slice_axis(&x2t, &x2a, k, 0, parts * cl).0 };
         let x3a = sh(&[parts, cl]);
         let reassoc = if k == 0 { "[[0, 1]]" } else { "[[0], [1, 2]]" };
         let x3 = self.e.op(&format!(
@@ -364,9 +359,7 @@ impl Lowerer {
         if rest == 0 {
             return Ok(Val::T(s, ma));
         }
-        let ta = sh(&[rest]);
-        let off = if k == 0 { format!("{}", parts * cl) } else { format!("0, {}", parts * cl) };
-        let tail = self.e.op(&format!("tensor.extract_slice {x2t}[{off}] [{lead_s}{rest}] [{ones}] : {} to {}", x2a.mlir_tensor(), ta.mlir_tensor()));
+        let (tail, ta) = self.slice_axis(&x2t, &x2a, k, parts * cl, rest);
         let r = self.reduce_op(p, &tail, &ta, &s, &ma, &[k]);
         Ok(Val::T(r, ma))
     }
@@ -393,14 +386,12 @@ impl Lowerer {
         let lead = &xa.shape[..r - 1];
         let kept: Vec<usize> = (0..r - 1).filter(|i| !dims.contains(i)).map(|i| xa.shape[i]).collect();
         let k = kept.len();
-        let zeros = vec!["0"; r].join(", ");
-        let ones = vec!["1"; r].join(", ");
         let lead_s: String = lead.iter().map(|d| format!("{d}, ")).collect();
         let main_a = ShapedArray::new(&[lead, &[q * l]].concat(), c);
         let main = if rest == 0 {
             xt.to_string()
         } else {
-            self.e.op(&format!("tensor.extract_slice {xt}[{zeros}] [{lead_s}{}] [{ones}] : {} to {}", q * l, xa.mlir_tensor(), main_a.mlir_tensor()))
+            self.slice_axis(xt, xa, r - 1, 0, q * l).0
         };
         // [lead..., q·L] -> [lead..., q, L]
         let split_last = |rank: usize| -> String {
@@ -446,9 +437,7 @@ impl Lowerer {
         if rest == 0 {
             return Ok((s, out_a));
         }
-        let ta = ShapedArray::new(&[lead, &[rest]].concat(), c);
-        let off = format!("{}{}", "0, ".repeat(r - 1), q * l);
-        let tail = self.e.op(&format!("tensor.extract_slice {xt}[{off}] [{lead_s}{rest}] [{ones}] : {} to {}", xa.mlir_tensor(), ta.mlir_tensor()));
+        let (tail, ta) = self.slice_axis(xt, xa, r - 1, q * l, rest);
         let res = self.reduce_op(p, &tail, &ta, &s, &out_a, dims);
         Ok((res, out_a))
     }
@@ -477,12 +466,11 @@ impl Lowerer {
             ShapedArray::new(&sh, c)
         };
         let sizes = |a: &ShapedArray| a.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
-        let ones = vec!["1"; r].join(", ");
         let main_a = with_ax(parts * q);
         let main = if rest == 0 {
             xt.to_string()
         } else {
-            self.e.op(&format!("tensor.extract_slice {xt}[{}] [{}] [{ones}] : {} to {}", vec!["0"; r].join(", "), sizes(&main_a), xa.mlir_tensor(), main_a.mlir_tensor()))
+            self.slice_axis(xt, xa, ax, 0, parts * q).0
         };
         // [.., P·q, ..] -> [.., P, q, ..]
         let mut groups: Vec<String> = vec![];
@@ -514,11 +502,28 @@ impl Lowerer {
         if rest == 0 {
             return sum;
         }
-        let ta = with_ax(rest);
-        let mut off = vec!["0".to_string(); r];
-        off[ax] = (parts * q).to_string();
-        let tail = self.e.op(&format!("tensor.extract_slice {xt}[{}] [{}] [{ones}] : {} to {}", off.join(", "), sizes(&ta), xa.mlir_tensor(), ta.mlir_tensor()));
+        let (tail, ta) = self.slice_axis(xt, xa, ax, parts * q, rest);
         self.reduce_op(p, &tail, &ta, &sum, out, dims)
+    }
+
+    /// Elements `start .. start + len` of tensor `xt` (aval `xa`) along axis `ax`, all of
+    /// every other axis: a `tensor.extract_slice`. Returns its name and aval.
+    fn slice_axis(&mut self, xt: &str, xa: &ShapedArray, ax: usize, start: usize, len: usize) -> (String, ShapedArray) {
+        let r = xa.ndim();
+        let mut sh = xa.shape.clone();
+        sh[ax] = len;
+        let to = ShapedArray::new(&sh, xa.dtype);
+        let mut off = vec!["0".to_string(); r];
+        off[ax] = start.to_string();
+        let sizes = sh.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        let t = self.e.op(&format!(
+            "tensor.extract_slice {xt}[{}] [{sizes}] [{}] : {} to {}",
+            off.join(", "),
+            vec!["1"; r].join(", "),
+            xa.mlir_tensor(),
+            to.mlir_tensor()
+        ));
+        (t, to)
     }
 
     /// Tensor `xt` of aval `a` without some of its unit dims, as aval `to` (the same
