@@ -21,7 +21,7 @@ APT_PACKAGES=(libmlir-22-dev mlir-22-tools llvm-22-dev libclang-22-dev clang-22 
               libzstd-dev libz3-dev libxml2-dev lld-22 libomp-22-dev)
 # Versions verified together (../shared/frontends.md §3); bump them together.
 PY_TEST_PINS=(jupyter_client==8.10.0 nbclient==0.11.0 nbconvert==7.17.2 nbformat==5.11.1
-              jupyter_kernel_test==0.7.0 pytest==9.2.0 pexpect==4.9.0)
+              jupyter_kernel_test==0.7.0 pytest==9.2.0 pytest-xdist==3.8.0 pexpect==4.9.0)
 # The JAX reference for the bench is 0.10.2, the newest release for Python 3.11 (DESIGN.md).
 PY_BENCH_PINS=(jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 threadpoolctl==3.8.0)
 

@@ -11,10 +11,12 @@ import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
 
+NAME = "201-07-callbacks"
+
 
 @pytest.fixture(scope="module")
 def nb(jaxrepl_kernelspec):
-    return run_notebook("201-07-callbacks", jaxrepl_kernelspec)
+    return run_notebook(NAME, jaxrepl_kernelspec)
 
 
 def errors(cell):

@@ -5,7 +5,6 @@ import re
 import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
-
 NAME = "201-12-controlling-xla"
 
 

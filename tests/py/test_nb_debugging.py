@@ -9,10 +9,12 @@ import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
 
+NAME = "201-09-debugging"
+
 
 @pytest.fixture(scope="module")
 def nb(jaxrepl_kernelspec):
-    return run_notebook("201-09-debugging", jaxrepl_kernelspec)
+    return run_notebook(NAME, jaxrepl_kernelspec)
 
 
 def errors(cell):

@@ -6,7 +6,6 @@ import re
 import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
-
 NAME = "201-11-precision"
 
 # jax 0.10.2: print(jax.make_jaxpr(lambda a: jnp.dot(a, a, precision='highest'))(jnp.ones((2, 2))))

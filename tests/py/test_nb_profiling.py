@@ -11,10 +11,12 @@ import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
 
+NAME = "201-08-profiling"
+
 
 @pytest.fixture(scope="module")
 def nb(jaxrepl_kernelspec):
-    return run_notebook("201-08-profiling", jaxrepl_kernelspec)
+    return run_notebook(NAME, jaxrepl_kernelspec)
 
 
 def rich(cell, mime):

@@ -8,7 +8,6 @@ import re
 import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
-
 NAME = "201-06-shard-map"
 X16 = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2]
 

@@ -11,10 +11,12 @@ import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
 
+NAME = "201-05-sharding"
+
 
 @pytest.fixture(scope="module")
 def nb(jaxrepl_kernelspec):
-    return run_notebook("201-05-sharding", jaxrepl_kernelspec)
+    return run_notebook(NAME, jaxrepl_kernelspec)
 
 
 def lines(cell):

@@ -57,25 +57,32 @@ def run_notebook(name, kernelspec):
     return nb
 
 
+# The notebook behind each fixture below (conftest.py keeps a notebook's tests on one
+# pytest-xdist worker, so that each notebook runs once).
+FIXTURE_NOTEBOOKS = {"executed": "201-01-jit", "executed_aot": "201-02-aot", "executed_cf": "201-03-control-flow",
+                     "any_executed": None}
+
+
 @pytest.fixture(scope="module")
 def executed(jaxrepl_kernelspec):
     """201-01 after a full run. `jaxrepl_kernelspec` (tests/py/conftest.py) installs the
     kernelspec of the kernel under test, and fails the test when there is no kernel binary."""
-    return run_notebook("201-01-jit", jaxrepl_kernelspec)
+    return run_notebook(FIXTURE_NOTEBOOKS["executed"], jaxrepl_kernelspec)
 
 
 @pytest.fixture(scope="module")
 def executed_aot(jaxrepl_kernelspec):
-    return run_notebook("201-02-aot", jaxrepl_kernelspec)
+    return run_notebook(FIXTURE_NOTEBOOKS["executed_aot"], jaxrepl_kernelspec)
 
 
 @pytest.fixture(scope="module")
 def executed_cf(jaxrepl_kernelspec):
-    return run_notebook("201-03-control-flow", jaxrepl_kernelspec)
+    return run_notebook(FIXTURE_NOTEBOOKS["executed_cf"], jaxrepl_kernelspec)
 
 
 @pytest.fixture(scope="module", params=NOTEBOOKS)
 def any_executed(request, jaxrepl_kernelspec):
+    """Each notebook after a full run (the parameter is its name)."""
     return run_notebook(request.param, jaxrepl_kernelspec)
 
 

@@ -625,3 +625,21 @@ fn pcast_errors_and_gradient() {
     let g = grad(loss)(Array::scalar(1.5f32)).unwrap();
     assert_eq!(g.item::<f32>().unwrap(), 28.0);
 }
+
+/// JAX's `in_specs=(P('i'), P())` written as a tuple: one spec per argument, the
+/// invariant operand replicated on every device (jax-inventory 7.2 item 9).
+#[test]
+fn tuple_in_specs_and_the_implicit_pvary_of_an_invariant_operand() {
+    eight_cpu_devices();
+    let mesh = make_mesh(&[2], &["i"], None).unwrap();
+    let f = shard_map(|(d, e): (Array, Array)| d * e, Some(&mesh), (P!("i"), P!()), P!("i"));
+    let a = device_put(&jnp::arange(6).astype(DType::F32), NamedSharding::new(&mesh, P!("i")).unwrap()).unwrap();
+    let b = Array::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap();
+    assert_eq!(f.call((&a, &b)).unwrap().to_vec::<f32>().unwrap(), [0.0, 2.0, 6.0, 3.0, 8.0, 15.0]);
+    let f2 = f.clone();
+    let j = make_jaxpr(move |(a, b): (Array, Array)| f2.call((a, b)), (&a, &b)).unwrap().to_string();
+    assert!(j.starts_with("{ lambda ; a:f32[6@i] b:f32[3]. let\n    c:f32[6@i] = shard_map[\n      check_vma=True\n      in_specs=(P('i',), P())\n"), "{j}");
+    assert!(j.contains("jaxpr={ lambda ; d:f32[3]{V:i} e:f32[3]. let"), "{j}");
+    // Not yet as JAX: JAX records `f:f32[3]{V:i} = pvary[axes=('i',)] e` before the
+    // product (the implicit pvary of the invariant operand); the product is the same.
+}

@@ -28,7 +28,8 @@ use std::panic::Location;
 use std::sync::Arc;
 
 /// The specs of a `shard_map`'s arguments or results: one `PartitionSpec` per leaf, or
-/// one for all leaves. `P!("i")`, `[P!("i"), P!()]`, `vec![..]` and `()` (no leaves) convert.
+/// one for all leaves. `P!("i")`, `[P!("i"), P!()]`, a tuple `(P!("i"), P!())` (JAX's
+/// `in_specs=(P('i'), P())`, up to 8), `vec![..]` and `()` (no leaves) convert.
 #[derive(Clone, Debug, Default)]
 pub struct Specs(pub Vec<PartitionSpec>);
 
@@ -52,6 +53,28 @@ impl From<()> for Specs {
         Specs(vec![])
     }
 }
+// `(P!("i"), P!())` and longer tuples: one spec per element.
+macro_rules! spec_ty {
+    ($v:ident) => {
+        PartitionSpec
+    };
+}
+macro_rules! specs_from_tuple {
+    ($($v:ident),+) => {
+        impl From<($(spec_ty!($v),)+)> for Specs {
+            fn from(($($v,)+): ($(spec_ty!($v),)+)) -> Self {
+                Specs(vec![$($v),+])
+            }
+        }
+    };
+}
+specs_from_tuple!(a, b);
+specs_from_tuple!(a, b, c);
+specs_from_tuple!(a, b, c, d);
+specs_from_tuple!(a, b, c, d, e);
+specs_from_tuple!(a, b, c, d, e, f);
+specs_from_tuple!(a, b, c, d, e, f, g);
+specs_from_tuple!(a, b, c, d, e, f, g, h);
 
 /// A function mapped by `shard_map` (or wrapped by `auto_axes`/`explicit_axes`): call it
 /// with `.call(args)` (one pytree; several arguments are a tuple; `&Array` leaves are

@@ -26,6 +26,11 @@ const STDOUT_GATHER: Duration = Duration::from_millis(3);
 pub(super) fn start_child(opts: &SessionOptions, slot: &Slot, shared: &Shared) -> Started {
     let timing = std::env::var_os("JAXREPL_TIMING").is_some();
     let t0 = Instant::now();
+    let seeded = if opts.prelude { slot.seed(&opts.engine_path) } else { None };
+    if timing && let Some(donor) = &seeded {
+        eprintln!("[timing] slot {}: seeded from {} in {:.1} s", slot.index(), donor.display(), t0.elapsed().as_secs_f64());
+    }
+    let t0 = Instant::now();
     let mut ctx = match child::create_context(slot, opts.work_dir.as_deref()) {
         Ok(ctx) => ctx,
         Err(e) => {

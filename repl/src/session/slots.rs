@@ -67,7 +67,13 @@ impl Slot {
             let dir = root.join(format!("slot-{index}"));
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("creating {}", dir.display()))?;
-            // Under the lock: no build runs in the slot now.
+            // Under the lock: no build runs in the slot now, and a seed copy left by a
+            // session that died while copying (see `seed`) is stale.
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                for e in entries.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("target.seed-")) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
             prune(&dir);
             return Ok(Slot {
                 index,
@@ -90,6 +96,84 @@ impl Slot {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// Seeds a cold slot, one with no engine built from `engine` (the engine crate's
+    /// directory, as the prelude's `:dep` names it; see [`built_for`]): as when several
+    /// sessions start at once for the first time, a first build was cut short, or the last
+    /// session here used another clone's engine. It copies the build directory of a slot
+    /// that has it, replacing what this slot has, so that the first engine cell reuses
+    /// that build (a copy of about 1 GB takes seconds; an engine build takes minutes on 2
+    /// cores, and a cold one with the MLIR bindings far longer). cargo then rebuilds only
+    /// what is stale. The donor is a free slot (its lock taken for the copy) if there is
+    /// one, else the held slot whose `target/` is newest: what a live session is building
+    /// at that moment (its cell crate) fails cargo's freshness check and is rebuilt.
+    /// `cp -a` keeps modification times, which cargo's freshness checks compare. Returns
+    /// the donor's directory, or `None` when the slot is warm, no other slot is, or the
+    /// copy failed (the partial copy is removed and the slot builds from what it has).
+    pub fn seed(&self, engine: &Path) -> Option<PathBuf> {
+        let target = self.dir.join("target");
+        if built_for(&self.dir, engine) {
+            return None;
+        }
+        let root = self.dir.parent()?;
+        let mut free: Option<(PathBuf, File)> = None;
+        let mut held: Vec<(std::time::SystemTime, PathBuf)> = vec![];
+        for index in (0..MAX_SLOTS).filter(|&i| i != self.index) {
+            let dir = root.join(format!("slot-{index}"));
+            if !built_for(&dir, engine) {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(dir.join("target")) else { continue };
+            let lock = OpenOptions::new().read(true).write(true).open(root.join(format!("slot-{index}.lock")));
+            // SAFETY: flock on a descriptor we own; no memory is involved.
+            let got = lock.as_ref().is_ok_and(|f| unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0);
+            match lock {
+                Ok(f) if got => {
+                    free = Some((dir, f));
+                    break;
+                }
+                _ => held.push((meta.modified().unwrap_or(std::time::UNIX_EPOCH), dir)),
+            }
+        }
+        held.sort();
+        let (donor, _donor_lock) = match free {
+            Some((dir, f)) => (dir, Some(f)),
+            None => (held.pop()?.1, None),
+        };
+        let partial = self.dir.join(format!("target.seed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&partial);
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(donor.join("target"))
+            .arg(&partial)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if copied && std::fs::remove_dir_all(&target).map_or_else(|e| e.kind() == std::io::ErrorKind::NotFound, |_| true) && std::fs::rename(&partial, &target).is_ok() {
+            // The manifest and lock file the copied build was made from (evcxr rewrites the
+            // manifest at the next `:dep`; the lock file keeps cargo's resolution).
+            for file in ["Cargo.toml", "Cargo.lock"] {
+                let _ = std::fs::copy(donor.join(file), self.dir.join(file));
+            }
+            prune(&self.dir);
+            Some(donor)
+        } else {
+            let _ = std::fs::remove_dir_all(&partial);
+            None
+        }
+    }
+}
+
+/// Whether slot directory `dir` holds an engine built from the crate at `engine`: the
+/// dylib evcxr loads (`target/<triple>/debug/deps/libjax.so`), and the slot's crate
+/// manifest (evcxr's `Cargo.toml`, written by the last session's `:dep`) naming `engine`'s
+/// path as the prelude does. Another clone's engine counts as not built: cargo would
+/// rebuild it from scratch (its paths differ).
+pub fn built_for(dir: &Path, engine: &Path) -> bool {
+    let dep = format!("path = \"{}\"", engine.display().to_string().replace('\\', "\\\\").replace('"', "\\\""));
+    std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|t| t.contains(&dep))
+        && std::fs::read_dir(dir.join("target")).is_ok_and(|entries| entries.flatten().any(|e| e.path().join("debug/deps/libjax.so").is_file()))
 }
 
 /// The engine's crates as cargo names their artefacts in a slot: the engine dylib, its
@@ -173,6 +257,62 @@ mod tests {
         let c = Slot::acquire(&root).unwrap();
         assert_eq!(c.index(), 0);
         drop((b, c));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_cold_slot_is_seeded_from_a_warm_one_with_its_modification_times() {
+        let root = std::env::temp_dir().join(format!("jaxrepl-seed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let engine = Path::new("/clone/engine");
+        let lib = "target/x86_64-unknown-linux-gnu/debug/deps/libjax.so";
+        // A slot as a session of the engine at `engine` leaves it.
+        let build = |dir: &Path, engine: &Path, content: &[u8]| {
+            std::fs::create_dir_all(dir.join(lib).parent().unwrap()).unwrap();
+            std::fs::write(dir.join(lib), content).unwrap();
+            std::fs::write(dir.join("Cargo.toml"), format!("[dependencies]\njax = {{ path = \"{}\" }}\n", engine.display())).unwrap();
+        };
+        let a = Slot::acquire(&root).unwrap();
+        // No other slot has a build directory: nothing to seed from.
+        assert_eq!(a.seed(engine), None);
+        build(a.dir(), engine, b"engine");
+        std::fs::write(a.dir().join("Cargo.lock"), b"lock").unwrap();
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        File::options().write(true).open(a.dir().join(lib)).unwrap().set_modified(when).unwrap();
+        assert!(built_for(a.dir(), engine) && !built_for(a.dir(), Path::new("/other/engine")));
+        // Donor held by a live session.
+        let b = Slot::acquire(&root).unwrap();
+        assert_eq!(b.seed(engine).as_deref(), Some(a.dir()));
+        assert_eq!(std::fs::read(b.dir().join(lib)).unwrap(), b"engine");
+        assert_eq!(std::fs::metadata(b.dir().join(lib)).unwrap().modified().unwrap(), when);
+        assert_eq!(std::fs::read(b.dir().join("Cargo.lock")).unwrap(), b"lock");
+        // A warm slot is left alone; no partial copy is left behind.
+        assert_eq!(b.seed(engine), None);
+        assert!(!std::fs::read_dir(b.dir()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("target.seed-")));
+        // Slot 1 now holds another clone's engine: neither warm for `engine` nor a donor.
+        build(b.dir(), Path::new("/other/engine"), b"other");
+        drop(a);
+        let c = Slot::acquire(&root).unwrap();
+        assert_eq!(c.index(), 0);
+        let d = Slot::acquire(&root).unwrap();
+        assert_eq!(d.index(), 2);
+        // What a first build cut short left is replaced.
+        std::fs::create_dir_all(d.dir().join("target/debug/build/mlir-sys-0123")).unwrap();
+        drop(c);
+        // A free donor (slot 0, its lock taken for the copy).
+        assert_eq!(d.seed(engine).as_deref(), Some(root.join("slot-0").as_path()));
+        assert_eq!(std::fs::read(d.dir().join(lib)).unwrap(), b"engine");
+        assert!(!d.dir().join("target/debug/build/mlir-sys-0123").exists());
+        // The slot built for another engine is seeded too.
+        assert_eq!(b.seed(engine).as_deref(), Some(root.join("slot-0").as_path()));
+        assert_eq!(std::fs::read(b.dir().join(lib)).unwrap(), b"engine");
+        // A stale partial copy is removed when its slot is next taken.
+        let stale = root.join("slot-0/target.seed-1");
+        std::fs::create_dir_all(&stale).unwrap();
+        let e = Slot::acquire(&root).unwrap();
+        assert_eq!(e.index(), 0);
+        assert!(!stale.exists());
+        drop((b, d, e));
         let _ = std::fs::remove_dir_all(&root);
     }
 
