@@ -100,46 +100,45 @@ impl Slot {
     /// Seeds a cold slot, one with no engine built from `engine` (the engine crate's
     /// directory, as the prelude's `:dep` names it; see [`built_for`]): as when several
     /// sessions start at once for the first time, a first build was cut short, or the last
-    /// session here used another clone's engine. It copies the build directory of a slot
+    /// engine built here was another clone's. It copies the build directory of a slot
     /// that has it, replacing what this slot has, so that the first engine cell reuses
     /// that build (a copy of about 1 GB takes seconds; an engine build takes minutes on 2
     /// cores, and a cold one with the MLIR bindings far longer). cargo then rebuilds only
-    /// what is stale. The donor is a free slot (its lock taken for the copy) if there is
-    /// one, else the held slot whose `target/` is newest: what a live session is building
-    /// at that moment (its cell crate) fails cargo's freshness check and is rebuilt.
-    /// `cp -a` keeps modification times, which cargo's freshness checks compare. Returns
-    /// the donor's directory, or `None` when the slot is warm, no other slot is, or the
-    /// copy failed (the partial copy is removed and the slot builds from what it has).
+    /// what is stale (moving a build directory is fine for cargo; measured: only the
+    /// engine's and the cell's crates rebuilt when their sources had changed).
+    ///
+    /// Donors: slots not held by a session first, then the one whose engine was built
+    /// last. The copy is made under the donor's cargo build locks
+    /// (`target/debug/.cargo-lock`, `target/<triple>/debug/.cargo-lock`, which cargo holds
+    /// while it builds), so it never catches a half-finished build: while the donor's
+    /// session builds (its start, a cell) the seed waits, at most [`SEED_WAIT`], and a
+    /// build the donor starts meanwhile waits for the copy. The donor's slot itself is not
+    /// locked, so a session may take it at once. `cp -a` keeps modification times, which
+    /// cargo's freshness checks compare. Returns the donor's directory, or `None` when the
+    /// slot is warm, no other slot is, the donor kept building, or the copy failed (the
+    /// partial copy is removed and the slot builds from what it has).
     pub fn seed(&self, engine: &Path) -> Option<PathBuf> {
         let target = self.dir.join("target");
         if built_for(&self.dir, engine) {
             return None;
         }
         let root = self.dir.parent()?;
-        let mut free: Option<(PathBuf, File)> = None;
-        let mut held: Vec<(std::time::SystemTime, PathBuf)> = vec![];
+        // (held by a session, newest engine first, slot directory)
+        let mut donors: Vec<(bool, std::cmp::Reverse<std::time::SystemTime>, PathBuf)> = vec![];
         for index in (0..MAX_SLOTS).filter(|&i| i != self.index) {
             let dir = root.join(format!("slot-{index}"));
-            if !built_for(&dir, engine) {
-                continue;
-            }
-            let Ok(meta) = std::fs::metadata(dir.join("target")) else { continue };
-            let lock = OpenOptions::new().read(true).write(true).open(root.join(format!("slot-{index}.lock")));
-            // SAFETY: flock on a descriptor we own; no memory is involved.
-            let got = lock.as_ref().is_ok_and(|f| unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0);
-            match lock {
-                Ok(f) if got => {
-                    free = Some((dir, f));
-                    break;
-                }
-                _ => held.push((meta.modified().unwrap_or(std::time::UNIX_EPOCH), dir)),
-            }
+            let Some(built) = engine_built_at(&dir, engine) else { continue };
+            let held = !OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(root.join(format!("slot-{index}.lock")))
+                // SAFETY: flock on a descriptor we own (released when it closes, at once).
+                .is_ok_and(|f| unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0);
+            donors.push((held, std::cmp::Reverse(built), dir));
         }
-        held.sort();
-        let (donor, _donor_lock) = match free {
-            Some((dir, f)) => (dir, Some(f)),
-            None => (held.pop()?.1, None),
-        };
+        donors.sort();
+        let (_, _, donor) = donors.into_iter().next()?;
+        let _build_locks = cargo_locks(&donor.join("target"))?;
         let partial = self.dir.join(format!("target.seed-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&partial);
         let copied = std::process::Command::new("cp")
@@ -150,30 +149,72 @@ impl Slot {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        if copied && std::fs::remove_dir_all(&target).map_or_else(|e| e.kind() == std::io::ErrorKind::NotFound, |_| true) && std::fs::rename(&partial, &target).is_ok() {
-            // The manifest and lock file the copied build was made from (evcxr rewrites the
-            // manifest at the next `:dep`; the lock file keeps cargo's resolution).
-            for file in ["Cargo.toml", "Cargo.lock"] {
-                let _ = std::fs::copy(donor.join(file), self.dir.join(file));
-            }
+        let gone = |p: &Path| std::fs::remove_dir_all(p).map_or_else(|e| e.kind() == std::io::ErrorKind::NotFound, |_| true);
+        if copied && gone(&target) && std::fs::rename(&partial, &target).is_ok() {
             prune(&self.dir);
-            Some(donor)
-        } else {
-            let _ = std::fs::remove_dir_all(&partial);
-            None
+            return Some(donor);
         }
+        let _ = std::fs::remove_dir_all(&partial);
+        None
     }
 }
 
-/// Whether slot directory `dir` holds an engine built from the crate at `engine`: the
-/// dylib evcxr loads (`target/<triple>/debug/deps/libjax.so`), and the slot's crate
-/// manifest (evcxr's `Cargo.toml`, written by the last session's `:dep`) naming `engine`'s
-/// path as the prelude does. Another clone's engine counts as not built: cargo would
-/// rebuild it from scratch (its paths differ).
+/// Whether slot directory `dir` holds an engine built from the crate at `engine` (see
+/// [`engine_built_at`]). Another clone's engine counts as not built: cargo would rebuild
+/// it from scratch (its paths differ).
 pub fn built_for(dir: &Path, engine: &Path) -> bool {
-    let dep = format!("path = \"{}\"", engine.display().to_string().replace('\\', "\\\\").replace('"', "\\\""));
-    std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|t| t.contains(&dep))
-        && std::fs::read_dir(dir.join("target")).is_ok_and(|entries| entries.flatten().any(|e| e.path().join("debug/deps/libjax.so").is_file()))
+    engine_built_at(dir, engine).is_some()
+}
+
+/// When the engine in slot directory `dir` was built, if it was built from the crate at
+/// `engine`: the modification time of the dylib evcxr loads,
+/// `target/<triple>/debug/deps/libjax.so`, whose dep-info file beside it (`jax.d`, written
+/// by rustc) lists `engine`'s `src/lib.rs`. (evcxr's `Cargo.toml` in the slot does not
+/// tell: a session rewrites it without the engine while it starts, and a `--no-prelude`
+/// session leaves it so.)
+fn engine_built_at(dir: &Path, engine: &Path) -> Option<std::time::SystemTime> {
+    let source = engine.join("src").join("lib.rs").display().to_string();
+    std::fs::read_dir(dir.join("target")).ok()?.flatten().find_map(|e| {
+        let deps = e.path().join("debug").join("deps");
+        let built = std::fs::metadata(deps.join("libjax.so")).ok()?.modified().ok()?;
+        let d = std::fs::read_to_string(deps.join("jax.d")).ok()?;
+        d.lines().next().is_some_and(|l| l.split(' ').any(|w| w == source)).then_some(built)
+    })
+}
+
+/// How long [`Slot::seed`] waits for a donor's cargo to finish building (it would
+/// otherwise build the engine itself, which takes as long).
+pub const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// Exclusive locks on cargo's build locks under build directory `target`
+/// (`<profile dir>/.cargo-lock` of `target/debug` and of each `target/<triple>/debug`),
+/// waiting (polling every 50 ms, all or none held, so that no lock order is imposed on
+/// cargo) while cargo builds there, at most [`SEED_WAIT`]: `None` after that. The locks are
+/// released when the returned files drop.
+fn cargo_locks(target: &Path) -> Option<Vec<File>> {
+    let mut dirs = vec![target.join("debug")];
+    dirs.extend(std::fs::read_dir(target).ok()?.flatten().map(|e| e.path().join("debug")));
+    let paths: Vec<PathBuf> = dirs.iter().map(|d| d.join(".cargo-lock")).filter(|l| l.is_file()).collect();
+    let deadline = std::time::Instant::now() + SEED_WAIT;
+    loop {
+        let mut locks = vec![];
+        for lock in &paths {
+            let f = OpenOptions::new().read(true).write(true).open(lock).ok()?;
+            // SAFETY: flock on a descriptor we own; no memory is involved.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                break;
+            }
+            locks.push(f);
+        }
+        if locks.len() == paths.len() {
+            return Some(locks);
+        }
+        drop(locks);
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// The engine's crates as cargo names their artefacts in a slot: the engine dylib, its
@@ -265,48 +306,64 @@ mod tests {
         let root = std::env::temp_dir().join(format!("jaxrepl-seed-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let engine = Path::new("/clone/engine");
-        let lib = "target/x86_64-unknown-linux-gnu/debug/deps/libjax.so";
-        // A slot as a session of the engine at `engine` leaves it.
-        let build = |dir: &Path, engine: &Path, content: &[u8]| {
-            std::fs::create_dir_all(dir.join(lib).parent().unwrap()).unwrap();
-            std::fs::write(dir.join(lib), content).unwrap();
-            std::fs::write(dir.join("Cargo.toml"), format!("[dependencies]\njax = {{ path = \"{}\" }}\n", engine.display())).unwrap();
+        let deps = "target/x86_64-unknown-linux-gnu/debug/deps";
+        let lib = format!("{deps}/libjax.so");
+        // A slot as a session of the engine at `engine` leaves it: the dylib, rustc's
+        // dep-info beside it, cargo's build locks.
+        let build = |dir: &Path, engine: &Path, content: &[u8], age: u64| {
+            std::fs::create_dir_all(dir.join(deps)).unwrap();
+            std::fs::create_dir_all(dir.join("target/debug")).unwrap();
+            std::fs::write(dir.join(&lib), content).unwrap();
+            let src = engine.join("src");
+            std::fs::write(dir.join(deps).join("jax.d"), format!("{}/jax.d: {}/lib.rs {}/trace/mod.rs\n\n", dir.display(), src.display(), src.display())).unwrap();
+            for l in ["target/debug/.cargo-lock", "target/x86_64-unknown-linux-gnu/debug/.cargo-lock"] {
+                std::fs::write(dir.join(l), b"").unwrap();
+            }
+            let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+            File::options().write(true).open(dir.join(&lib)).unwrap().set_modified(when).unwrap();
+            when
         };
         let a = Slot::acquire(&root).unwrap();
         // No other slot has a build directory: nothing to seed from.
         assert_eq!(a.seed(engine), None);
-        build(a.dir(), engine, b"engine");
-        std::fs::write(a.dir().join("Cargo.lock"), b"lock").unwrap();
-        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
-        File::options().write(true).open(a.dir().join(lib)).unwrap().set_modified(when).unwrap();
+        let when = build(a.dir(), engine, b"engine", 7200);
         assert!(built_for(a.dir(), engine) && !built_for(a.dir(), Path::new("/other/engine")));
         // Donor held by a live session.
         let b = Slot::acquire(&root).unwrap();
         assert_eq!(b.seed(engine).as_deref(), Some(a.dir()));
-        assert_eq!(std::fs::read(b.dir().join(lib)).unwrap(), b"engine");
-        assert_eq!(std::fs::metadata(b.dir().join(lib)).unwrap().modified().unwrap(), when);
-        assert_eq!(std::fs::read(b.dir().join("Cargo.lock")).unwrap(), b"lock");
+        assert_eq!(std::fs::read(b.dir().join(&lib)).unwrap(), b"engine");
+        assert_eq!(std::fs::metadata(b.dir().join(&lib)).unwrap().modified().unwrap(), when);
         // A warm slot is left alone; no partial copy is left behind.
         assert_eq!(b.seed(engine), None);
         assert!(!std::fs::read_dir(b.dir()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("target.seed-")));
         // Slot 1 now holds another clone's engine: neither warm for `engine` nor a donor.
-        build(b.dir(), Path::new("/other/engine"), b"other");
-        drop(a);
+        build(b.dir(), Path::new("/other/engine"), b"other", 10);
         let c = Slot::acquire(&root).unwrap();
-        assert_eq!(c.index(), 0);
+        assert_eq!(c.index(), 2);
+        // What a first build cut short left is replaced; while cargo builds in the donor
+        // (its build lock held for 300 ms here), the seed waits.
+        std::fs::create_dir_all(c.dir().join("target/debug/build/mlir-sys-0123")).unwrap();
+        let building = File::options().write(true).open(a.dir().join("target/x86_64-unknown-linux-gnu/debug/.cargo-lock")).unwrap();
+        // SAFETY: flock on a descriptor we own.
+        assert_eq!(unsafe { libc::flock(building.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        let t0 = std::time::Instant::now();
+        let builder = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(building);
+        });
+        assert_eq!(c.seed(engine).as_deref(), Some(a.dir()));
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(300));
+        builder.join().unwrap();
+        assert_eq!(std::fs::read(c.dir().join(&lib)).unwrap(), b"engine");
+        assert!(!c.dir().join("target/debug/build/mlir-sys-0123").exists());
+        // Free donors come first, then the newest engine: slot 0 held (oldest), slot 2
+        // free, slot 1 (another clone's) seeded from slot 2; the donor's slot stays free.
+        drop(c);
+        assert_eq!(b.seed(engine).as_deref(), Some(root.join("slot-2").as_path()));
         let d = Slot::acquire(&root).unwrap();
         assert_eq!(d.index(), 2);
-        // What a first build cut short left is replaced.
-        std::fs::create_dir_all(d.dir().join("target/debug/build/mlir-sys-0123")).unwrap();
-        drop(c);
-        // A free donor (slot 0, its lock taken for the copy).
-        assert_eq!(d.seed(engine).as_deref(), Some(root.join("slot-0").as_path()));
-        assert_eq!(std::fs::read(d.dir().join(lib)).unwrap(), b"engine");
-        assert!(!d.dir().join("target/debug/build/mlir-sys-0123").exists());
-        // The slot built for another engine is seeded too.
-        assert_eq!(b.seed(engine).as_deref(), Some(root.join("slot-0").as_path()));
-        assert_eq!(std::fs::read(b.dir().join(lib)).unwrap(), b"engine");
         // A stale partial copy is removed when its slot is next taken.
+        drop(a);
         let stale = root.join("slot-0/target.seed-1");
         std::fs::create_dir_all(&stale).unwrap();
         let e = Slot::acquire(&root).unwrap();
