@@ -212,6 +212,8 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
         }
         if check_vma {
             check_replication(&jaxpr, &specs, &outs, &mesh, &name)?;
+            let masks: Vec<Vma> = specs.iter().map(|s| spec_mask(&mesh, s)).collect();
+            jaxpr = insert_pvary(jaxpr, &masks, &mesh);
         }
         let params = ShardMapParams { jaxpr, mesh, in_specs: specs, out_specs: outs, check_vma, name: name.clone() };
         let results = if crate::magic::capturing() && !crate::trace::is_tracing() {
@@ -555,6 +557,58 @@ fn vma_env(j: &Jaxpr, ins: &[Vma], consts: &[Vma], mesh: &Mesh) -> std::collecti
         }
     }
     env
+}
+
+/// JAX's implicit `pvary` (`core.standard_insert_pvary`; JAX's shard_map page, "scan-vma"
+/// and the VMA table): in body `j` of a `shard_map` traced with `check_vma` (its arguments
+/// varying over `ins`), an equation whose operands vary over different mesh axes gets,
+/// before it, `pvary[axes=(..)]` of each operand that misses some of the axes the others
+/// vary over (the missing axes, in mesh order), so that every operand of the equation has
+/// the same type, as JAX records it: `f:f32[3]{V:i} = pvary[axes=('i',)] e` before
+/// `mul d f`. The value is unchanged (`pvary` lowers to its operand); under `grad` its
+/// transpose is `psum`. Literals, collectives, loops, `cond` and nested `shard_map`s are
+/// left as they are (JAX's own rules type those).
+fn insert_pvary(mut j: Jaxpr, ins: &[Vma], mesh: &Mesh) -> Jaxpr {
+    let mut env = vma_env(&j, ins, &[], mesh);
+    let names = mesh.axis_names();
+    let mut next = crate::lax::control::max_id(&j) + 1;
+    let mut eqns = Vec::with_capacity(j.eqns.len());
+    for mut e in std::mem::take(&mut j.eqns) {
+        if !matches!(e.primitive, Primitive::Collective(_)) && e.primitive.sub_jaxprs().is_empty() {
+            let vmas: Vec<Option<Vma>> = e
+                .inputs
+                .iter()
+                .map(|a| match a {
+                    Atom::Var(v) => Some(env.get(&v.id).copied().unwrap_or(0)),
+                    Atom::Lit(_) => None,
+                })
+                .collect();
+            let union = vmas.iter().flatten().fold(0, |m, v| m | v);
+            for (a, vma) in e.inputs.iter_mut().zip(&vmas) {
+                let (Atom::Var(v), Some(vma)) = (&*a, vma) else { continue };
+                let missing = union & !vma;
+                if missing == 0 {
+                    continue;
+                }
+                let axes: Vec<String> = (0..names.len()).filter(|k| missing & (1 << k) != 0).map(|k| names[k].clone()).collect();
+                let out = crate::ir::Var { id: next, aval: v.aval.clone() };
+                next += 1;
+                env.insert(out.id, union);
+                eqns.push(crate::ir::Eqn {
+                    primitive: Primitive::Collective(Collective::Pvary { axes }),
+                    inputs: vec![Atom::Var(v.clone())],
+                    outputs: vec![out.clone()],
+                    source: e.source.clone(),
+                    name_stack: e.name_stack.clone(),
+                    metadata: e.metadata.clone(),
+                });
+                *a = Atom::Var(out);
+            }
+        }
+        eqns.push(e);
+    }
+    j.eqns = eqns;
+    j
 }
 
 /// The varying axes of a scan body's arguments (consts, carries, xs) given the scan's
