@@ -106,6 +106,15 @@ def test_jaxpr_and_jit(nb):
     assert m and float(m.group(1)) < 1e-4, text
 
 
+def test_implicit_pvary_of_an_invariant_operand(nb):
+    # jax-inventory 7.2 item 9: the invariant operand made varying before the product.
+    cell = cell_with(nb, "let scale = shard_map")
+    text = outputs_text(cell)
+    assert "in_specs=(P('i',), P())" in text, text
+    assert "jaxpr={ lambda ; d:f32[3]{V:i} e:f32[3]. let\n          f:f32[3]{V:i} = pvary[axes=('i',)] e\n          g:f32[3]{V:i} = mul d f\n" in text, text
+    assert "Array([ 0.,  2.,  6.,  3.,  8., 15.], dtype=float32)" in text, text
+
+
 def test_jit_compiles_the_body(nb):
     text = outputs_text(cell_with(nb, "%compile jm.call"))
     assert "// jaxrepl: shard_map over Mesh('i': 4, 'j': 2" in text, text
