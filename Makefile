@@ -45,9 +45,10 @@ VENV := $(ROOT)/.venv
 VENV_JAX := $(ROOT)/.venv-jax
 NOTEBOOK ?= notebooks/201-01-jit.ipynb
 PYTEST_ARGS ?=
-# pytest-xdist workers for the Python client tests (0: one process). Each notebook and each
-# module's kernel stays on one worker (tests/py/conftest.py); a second worker's first
-# session copies the warm build slot instead of building the engine (repl/ slots.rs).
+# pytest-xdist workers for the Python client tests (0: one process). Each test module stays
+# on one worker (--dist loadfile: its notebook or kernel is started once; a notebook has one
+# module); a second worker's first session copies the warm build slot instead of building
+# the engine (repl/ slots.rs).
 PYTEST_WORKERS ?= 2
 BENCH_BIN ?= bench
 
@@ -96,7 +97,7 @@ kernelspec: build
 
 # pytest's exit status passes through unchanged: 5 (no tests collected) fails too.
 test-py: kernelspec test-warm
-	cd $(ROOT) && $(VENV)/bin/python -m pytest tests/py -v -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --durations=20 $(PYTEST_ARGS)
+	cd $(ROOT) && $(VENV)/bin/python -m pytest tests/py -v -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 
 # Ours: the engine's bench binary (docs/bench.md fixes its JSON keys); JAX: the shared script.
 # scripts/bench.py runs both and prints one table; it says so when our binary does not exist.

@@ -121,25 +121,3 @@ def jaxrepl_kernelspec() -> Kernelspec:
     assert Path(spec["argv"][0]).resolve() == binary.resolve()
     return Kernelspec(KERNEL_NAME, binary, spec_file, spec)
 
-
-def xdist_group(item: pytest.Item) -> str:
-    """The pytest-xdist group of a test: tests that share a notebook run (the notebook's
-    name) or a module's kernel or REPL (the module's name) run on one worker, so each
-    notebook is executed once and each module starts its kernel once (`make test` runs
-    `pytest -n 2 --dist loadgroup`)."""
-    module = item.module
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    for fixture, notebook in getattr(module, "FIXTURE_NOTEBOOKS", {}).items():
-        if fixture in item.fixturenames:
-            return notebook or params[fixture]
-    if module.__name__.startswith("test_nb_") and hasattr(module, "NAME"):
-        return module.NAME
-    return module.__name__
-
-
-# Before pytest-xdist's own hook, which turns the mark into the test's node id suffix.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))

@@ -7,6 +7,8 @@ import struct
 import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
+# The checks every notebook gets, on this module's `nb`.
+from test_notebooks import test_every_code_cell_ran, test_only_tagged_cells_raise  # noqa: F401
 
 NAME = "201-13-gpu-memory"
 

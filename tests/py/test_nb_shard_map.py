@@ -8,6 +8,8 @@ import re
 import pytest
 
 from test_notebooks import cell_with, outputs_text, run_notebook
+# The checks every notebook gets, on this module's `nb`.
+from test_notebooks import test_every_code_cell_ran, test_only_tagged_cells_raise  # noqa: F401
 NAME = "201-06-shard-map"
 X16 = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2]
 

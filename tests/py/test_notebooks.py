@@ -1,12 +1,16 @@
 """Golden notebooks: each notebook in NOTEBOOKS executed by a real Jupyter client
 (nbclient) on the `jaxrepl` kernel, then chosen outputs checked (not only that it ran).
+This module executes and checks OWN_NOTEBOOKS; every other notebook has its own
+`test_nb_*.py` module (one notebook per module: `make test-py` spreads modules over
+pytest-xdist workers with --dist loadfile, so each notebook runs once).
 
 Run by `make test` (which builds the kernel and exports JAXREPL_KERNEL_BIN); the kernelspec
 comes from conftest.py's `jaxrepl_kernelspec` fixture. Missing pieces -- a notebook, the
 kernel binary -- are test failures with a message, never skips: the notebook is the test.
-Each notebook runs once per test session (its executed copy is written next to it as
+Each notebook runs once per test process (its executed copy is written next to it as
 `*.executed.ipynb` for a look).
 """
+import glob
 import json
 import os
 import re
@@ -57,32 +61,33 @@ def run_notebook(name, kernelspec):
     return nb
 
 
-# The notebook behind each fixture below (conftest.py keeps a notebook's tests on one
-# pytest-xdist worker, so that each notebook runs once).
-FIXTURE_NOTEBOOKS = {"executed": "201-01-jit", "executed_aot": "201-02-aot", "executed_cf": "201-03-control-flow",
-                     "any_executed": None}
-
-
 @pytest.fixture(scope="module")
 def executed(jaxrepl_kernelspec):
     """201-01 after a full run. `jaxrepl_kernelspec` (tests/py/conftest.py) installs the
     kernelspec of the kernel under test, and fails the test when there is no kernel binary."""
-    return run_notebook(FIXTURE_NOTEBOOKS["executed"], jaxrepl_kernelspec)
+    return run_notebook("201-01-jit", jaxrepl_kernelspec)
 
 
 @pytest.fixture(scope="module")
 def executed_aot(jaxrepl_kernelspec):
-    return run_notebook(FIXTURE_NOTEBOOKS["executed_aot"], jaxrepl_kernelspec)
+    return run_notebook("201-02-aot", jaxrepl_kernelspec)
 
 
 @pytest.fixture(scope="module")
 def executed_cf(jaxrepl_kernelspec):
-    return run_notebook(FIXTURE_NOTEBOOKS["executed_cf"], jaxrepl_kernelspec)
+    return run_notebook("201-03-control-flow", jaxrepl_kernelspec)
 
 
-@pytest.fixture(scope="module", params=NOTEBOOKS)
-def any_executed(request, jaxrepl_kernelspec):
-    """Each notebook after a full run (the parameter is its name)."""
+# The notebooks checked here; each other notebook has its own module, `test_nb_*.py`,
+# which imports `test_every_code_cell_ran` and `test_only_tagged_cells_raise` below (they
+# take that module's `nb` fixture). One notebook per module, so `pytest -n 2 --dist
+# loadfile` (make test-py) runs each notebook once, on one worker.
+OWN_NOTEBOOKS = ["201-01-jit", "201-02-aot", "201-03-control-flow"]
+
+
+@pytest.fixture(scope="module", params=OWN_NOTEBOOKS)
+def nb(request, jaxrepl_kernelspec):
+    """Each of this module's notebooks after a full run (the parameter is its name)."""
     return run_notebook(request.param, jaxrepl_kernelspec)
 
 
@@ -108,6 +113,19 @@ def all_text(nb):
     return "\n".join(outputs_text(c) for c in nb.cells if c.cell_type == "code")
 
 
+def test_every_notebook_is_executed_and_checked_by_one_module():
+    seen = {name: "test_notebooks.py" for name in OWN_NOTEBOOKS}
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_nb_*.py"))):
+        with open(path) as f:
+            text = f.read()
+        m = re.search(r'^NAME = "([^"]+)"', text, re.M)
+        assert m, "%s names no notebook (NAME = ...)" % path
+        assert m.group(1) not in seen, "%s and %s both run %s" % (seen.get(m.group(1)), path, m.group(1))
+        seen[m.group(1)] = path
+        assert "import test_every_code_cell_ran, test_only_tagged_cells_raise" in text, path
+    assert sorted(seen) == sorted(NOTEBOOKS), seen
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_names_the_jaxrepl_kernel(name):
     path = notebook_path(name)
@@ -119,15 +137,15 @@ def test_notebook_names_the_jaxrepl_kernel(name):
     assert meta.get("kernelspec", {}).get("language") == "rust", meta
 
 
-def test_every_code_cell_ran(any_executed):
-    code = [c for c in any_executed.cells if c.cell_type == "code" and c.source.strip()]
+def test_every_code_cell_ran(nb):
+    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     assert code, "the notebook has no code cells"
     missing = [i for i, c in enumerate(code) if c.get("execution_count") is None]
     assert not missing, "code cells (0-based among code cells) without an execution count: %s" % missing
 
 
-def test_only_tagged_cells_raise(any_executed):
-    for i, cell in enumerate(any_executed.cells):
+def test_only_tagged_cells_raise(nb):
+    for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
