@@ -272,9 +272,10 @@ fn jaxpr_of_shard_map() {
               check_vma=True
               in_specs=(P('i',),)
               jaxpr={ lambda ; c:f32[3]{V:i}. let
-                  d:f32[3]{V:i} = mul c 2.0:f32[]
-                  e:f32[3] = psum[axes=('i',) axis_index_groups=None] d
-                in (e,) }
+                  d:f32[]{V:i} = pvary[axes=('i',)] 2.0:f32[]
+                  e:f32[3]{V:i} = mul c d
+                  f:f32[3] = psum[axes=('i',) axis_index_groups=None] e
+                in (f,) }
               mesh=AbstractMesh('i': 2, axis_types=(Auto,), device_kind=cpu, num_cores=None, platform=cpu)
               newly_manual_axes=frozenset({'i'})
               out_specs=(P(),)
@@ -652,8 +653,30 @@ fn tuple_in_specs_and_the_implicit_pvary_of_an_invariant_operand() {
     let (ga, gb) = grad(move |ab: (Array, Array)| -> Result<Array> { Ok(f4.call(ab)?.sum()) })((a.clone(), b.clone())).unwrap();
     assert_eq!(ga.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
     assert_eq!(gb.to_vec::<f32>().unwrap(), [3.0, 5.0, 7.0]);
-    // A literal operand stays as it is; so does an operation of two varying values.
+    // A literal operand is made varying too (JAX: `pvary[axes=('i',)] 2.0:f32[]`); an
+    // operation of two varying values gets none.
     let g = shard_map(|(d, _e): (Array, Array)| &d * 2.0 + &d, Some(&mesh), (P!("i"), P!()), P!("i"));
     let j = make_jaxpr(move |(a, b): (Array, Array)| g.call((a, b)), (&a, &b)).unwrap().to_string();
-    assert!(!j.contains("pvary"), "{j}");
+    assert!(j.contains("f:f32[]{V:i} = pvary[axes=('i',)] 2.0:f32[]\n          g:f32[3]{V:i} = mul d f\n          h:f32[3]{V:i} = add g d\n"), "{j}");
+    // psum of an invariant value sums one copy per device: its gradient is the device
+    // count (JAX: pvary before the psum, whose transpose sums the cotangents).
+    let p = shard_map(|(_d, e): (Array, Array)| lax::psum(&e, "i"), Some(&mesh), (P!("i"), P!()), P!());
+    let p2 = p.clone();
+    assert_eq!(p.call((&a, &b)).unwrap().to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0]);
+    let a2 = a.clone();
+    let gb = grad(move |e: Array| -> Result<Array> { Ok(p2.call((a2.clone(), e))?.sum()) })(b.clone()).unwrap();
+    assert_eq!(gb.to_vec::<f32>().unwrap(), [2.0, 2.0, 2.0]);
+    let a2 = a.clone();
+    let j = make_jaxpr(move |e: Array| p.call((a2.clone(), e)), &b).unwrap().to_string();
+    assert!(j.contains("= pvary[axes=('i',)] e\n") && j.contains("psum[axes=('i',)"), "{j}");
+    // A result varying over fewer axes than its out_spec ends in a pvary; each device's
+    // block is the same value, so d/de sum(out) counts it once per device.
+    let o = shard_map(|(_d, e): (Array, Array)| e * 2.0, Some(&mesh), (P!("i"), P!()), P!("i"));
+    let o2 = o.clone();
+    assert_eq!(o.call((&a, &b)).unwrap().to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0, 2.0, 4.0, 6.0]);
+    let j = make_jaxpr(move |(a, b): (Array, Array)| o.call((a, b)), (&a, &b)).unwrap().to_string();
+    assert!(j.contains("f:f32[3] = mul e 2.0:f32[]\n          g:f32[3]{V:i} = pvary[axes=('i',)] f\n        in (g,) }"), "{j}");
+    let a2 = a.clone();
+    let gb = grad(move |e: Array| -> Result<Array> { Ok(o2.call((a2.clone(), e))?.sum()) })(b.clone()).unwrap();
+    assert_eq!(gb.to_vec::<f32>().unwrap(), [4.0, 4.0, 4.0]);
 }

@@ -155,9 +155,10 @@ fn magics_show_shard_map_calls() {
               check_vma=True
               in_specs=(P('i',),)
               jaxpr={ lambda ; c:f32[3]{V:i}. let
-                  d:f32[3]{V:i} = mul c 2.0:f32[]
-                  e:f32[3] = psum[axes=('i',) axis_index_groups=None] d
-                in (e,) }
+                  d:f32[]{V:i} = pvary[axes=('i',)] 2.0:f32[]
+                  e:f32[3]{V:i} = mul c d
+                  f:f32[3] = psum[axes=('i',) axis_index_groups=None] e
+                in (f,) }
               mesh=AbstractMesh('i': 2, axis_types=(Auto,), device_kind=cpu, num_cores=None, platform=cpu)
               newly_manual_axes=frozenset({'i'})
               out_specs=(P(),)
@@ -180,9 +181,10 @@ fn magics_show_shard_map_calls() {
         //       b:i32[] = axis_index[axis_name=i]
         //       c:i32[] = mul b 3:i32[]
         //       d:f32[3] = dynamic_slice[slice_sizes=(3,)] a c
-        //       e:f32[3] = mul d 2.0:f32[]
-        //       f:f32[3] = psum[axes=('i',) axis_index_groups=None] e
-        //     in (f,) }"#]]
+        //       e:f32[] = pvary[axes=('i',)] 2.0:f32[]
+        //       f:f32[3] = mul d e
+        //       g:f32[3] = psum[axes=('i',) axis_index_groups=None] f
+        //     in (g,) }"#]]
     .assert_eq(&head.join("\n"));
     assert!(c.contains("func.func"), "{c}");
     // `%lower`: the global module, the body a manual computation with its all-reduce

@@ -213,7 +213,8 @@ pub fn shard_map_with<A: Pytree, O: TraceOutput, F: Fn(A) -> O + 'static>(
         if check_vma {
             check_replication(&jaxpr, &specs, &outs, &mesh, &name)?;
             let masks: Vec<Vma> = specs.iter().map(|s| spec_mask(&mesh, s)).collect();
-            jaxpr = insert_pvary(jaxpr, &masks, &mesh);
+            let out_masks: Vec<Vma> = outs.iter().map(|s| spec_mask(&mesh, s)).collect();
+            jaxpr = insert_pvary(jaxpr, &masks, &out_masks, &mesh);
         }
         let params = ShardMapParams { jaxpr, mesh, in_specs: specs, out_specs: outs, check_vma, name: name.clone() };
         let results = if crate::magic::capturing() && !crate::trace::is_tracing() {
@@ -560,52 +561,75 @@ fn vma_env(j: &Jaxpr, ins: &[Vma], consts: &[Vma], mesh: &Mesh) -> std::collecti
 }
 
 /// JAX's implicit `pvary` (`core.standard_insert_pvary`; JAX's shard_map page, "scan-vma"
-/// and the VMA table): in body `j` of a `shard_map` traced with `check_vma` (its arguments
-/// varying over `ins`), an equation whose operands vary over different mesh axes gets,
-/// before it, `pvary[axes=(..)]` of each operand that misses some of the axes the others
-/// vary over (the missing axes, in mesh order), so that every operand of the equation has
-/// the same type, as JAX records it: `f:f32[3]{V:i} = pvary[axes=('i',)] e` before
-/// `mul d f`. The value is unchanged (`pvary` lowers to its operand); under `grad` its
-/// transpose is `psum`. Literals, collectives, loops, `cond` and nested `shard_map`s are
-/// left as they are (JAX's own rules type those).
-fn insert_pvary(mut j: Jaxpr, ins: &[Vma], mesh: &Mesh) -> Jaxpr {
+/// and the VMA table) in body `j` of a `shard_map` traced with `check_vma`, its arguments
+/// varying over `ins` and its results split as `outs` (the out_specs' axes):
+/// - an equation whose operands vary over different mesh axes gets, before it,
+///   `pvary[axes=(..)]` of each operand (literals included) that misses some of the axes
+///   the others vary over, as JAX records it: `f:f32[3]{V:i} = pvary[axes=('i',)] e`
+///   before `mul d f`, `d:f32[]{V:i} = pvary[axes=('i',)] 2.0:f32[]` before `mul c d`;
+/// - a collective's operand that does not vary over all of the collective's axes is made
+///   to (JAX's collectives take varying operands: `psum` of an invariant value sums one
+///   copy per device);
+/// - a result that varies over fewer axes than its out_spec splits it over ends in a
+///   `pvary` over the rest.
+///
+/// The missing axes are listed in mesh order. The value is unchanged (`pvary` lowers to its
+/// operand); under `grad` its transpose is `psum`, so an invariant value's cotangent is
+/// summed over the devices that used it (`grad` of `psum(e)` over 2 devices is 2, as in
+/// JAX). Loops, `cond` and nested `shard_map`s, and equations inside their bodies, are
+/// left as they are.
+fn insert_pvary(mut j: Jaxpr, ins: &[Vma], outs: &[Vma], mesh: &Mesh) -> Jaxpr {
     let mut env = vma_env(&j, ins, &[], mesh);
     let names = mesh.axis_names();
     let mut next = crate::lax::control::max_id(&j) + 1;
     let mut eqns = Vec::with_capacity(j.eqns.len());
+    let vma_of = |env: &std::collections::HashMap<u32, Vma>, a: &Atom| match a {
+        Atom::Var(v) => env.get(&v.id).copied().unwrap_or(0),
+        Atom::Lit(_) => 0,
+    };
+    // `pvary` of `a` (varying over `vma`) so that it varies over `want` too; the new atom.
+    let mut pvary = |a: &Atom, vma: Vma, want: Vma, env: &mut std::collections::HashMap<u32, Vma>, eqns: &mut Vec<crate::ir::Eqn>, like: Option<&crate::ir::Eqn>| -> Option<Atom> {
+        let missing = want & !vma;
+        if missing == 0 {
+            return None;
+        }
+        let axes: Vec<String> = (0..names.len()).filter(|k| missing & (1 << k) != 0).map(|k| names[k].clone()).collect();
+        let out = crate::ir::Var { id: next, aval: a.aval().clone() };
+        next += 1;
+        env.insert(out.id, vma | missing);
+        eqns.push(crate::ir::Eqn {
+            primitive: Primitive::Collective(Collective::Pvary { axes }),
+            inputs: vec![a.clone()],
+            outputs: vec![out.clone()],
+            source: like.and_then(|e| e.source.clone()),
+            name_stack: like.and_then(|e| e.name_stack.clone()),
+            metadata: like.and_then(|e| e.metadata.clone()),
+        });
+        Some(Atom::Var(out))
+    };
     for mut e in std::mem::take(&mut j.eqns) {
-        if !matches!(e.primitive, Primitive::Collective(_)) && e.primitive.sub_jaxprs().is_empty() {
-            let vmas: Vec<Option<Vma>> = e
-                .inputs
-                .iter()
-                .map(|a| match a {
-                    Atom::Var(v) => Some(env.get(&v.id).copied().unwrap_or(0)),
-                    Atom::Lit(_) => None,
-                })
-                .collect();
-            let union = vmas.iter().flatten().fold(0, |m, v| m | v);
-            for (a, vma) in e.inputs.iter_mut().zip(&vmas) {
-                let (Atom::Var(v), Some(vma)) = (&*a, vma) else { continue };
-                let missing = union & !vma;
-                if missing == 0 {
-                    continue;
+        let want: Option<Vma> = match &e.primitive {
+            Primitive::Collective(Collective::Pvary { .. } | Collective::AxisIndex { .. }) => None,
+            Primitive::Collective(c) => Some(axes_mask(mesh, c.axes())),
+            p if p.sub_jaxprs().is_empty() => Some(e.inputs.iter().fold(0, |m, a| m | vma_of(&env, a))),
+            _ => None,
+        };
+        if let Some(want) = want {
+            let like = e.clone();
+            for k in 0..e.inputs.len() {
+                let vma = vma_of(&env, &e.inputs[k]);
+                if let Some(a) = pvary(&e.inputs[k], vma, want, &mut env, &mut eqns, Some(&like)) {
+                    e.inputs[k] = a;
                 }
-                let axes: Vec<String> = (0..names.len()).filter(|k| missing & (1 << k) != 0).map(|k| names[k].clone()).collect();
-                let out = crate::ir::Var { id: next, aval: v.aval.clone() };
-                next += 1;
-                env.insert(out.id, union);
-                eqns.push(crate::ir::Eqn {
-                    primitive: Primitive::Collective(Collective::Pvary { axes }),
-                    inputs: vec![Atom::Var(v.clone())],
-                    outputs: vec![out.clone()],
-                    source: e.source.clone(),
-                    name_stack: e.name_stack.clone(),
-                    metadata: e.metadata.clone(),
-                });
-                *a = Atom::Var(out);
             }
         }
         eqns.push(e);
+    }
+    for k in 0..j.outvars.len().min(outs.len()) {
+        let vma = vma_of(&env, &j.outvars[k]);
+        if let Some(a) = pvary(&j.outvars[k], vma, outs[k], &mut env, &mut eqns, None) {
+            j.outvars[k] = a;
+        }
     }
     j.eqns = eqns;
     j
