@@ -97,10 +97,11 @@ impl Slot {
         &self.dir
     }
 
-    /// Seeds a cold slot, one with no engine built from `engine` (the engine crate's
-    /// directory, as the prelude's `:dep` names it; see [`built_for`]): as when several
-    /// sessions start at once for the first time, a first build was cut short, or the last
-    /// engine built here was another clone's. It copies the build directory of a slot
+    /// Seeds a cold slot, one with no up-to-date engine built from `engine` (the engine
+    /// crate's directory, as the prelude's `:dep` names it; see [`built_for`]): as when
+    /// several sessions start at once for the first time, a first build was cut short, the
+    /// last engine built here was another clone's, or the engine's sources changed since
+    /// and another slot has already rebuilt it. It copies the build directory of a slot
     /// that has it, replacing what this slot has, so that the first engine cell reuses
     /// that build (a copy of about 1 GB takes seconds; an engine build takes minutes on 2
     /// cores, and a cold one with the MLIR bindings far longer). cargo then rebuilds only
@@ -127,7 +128,7 @@ impl Slot {
         let mut donors: Vec<(bool, std::cmp::Reverse<std::time::SystemTime>, PathBuf)> = vec![];
         for index in (0..MAX_SLOTS).filter(|&i| i != self.index) {
             let dir = root.join(format!("slot-{index}"));
-            let Some(built) = engine_built_at(&dir, engine) else { continue };
+            let Some((built, true)) = engine_built_at(&dir, engine) else { continue };
             let held = !OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -159,26 +160,34 @@ impl Slot {
     }
 }
 
-/// Whether slot directory `dir` holds an engine built from the crate at `engine` (see
-/// [`engine_built_at`]). Another clone's engine counts as not built: cargo would rebuild
-/// it from scratch (its paths differ).
+/// Whether slot directory `dir` holds an up-to-date engine built from the crate at
+/// `engine` (see [`engine_built_at`]). Another clone's engine counts as not built: cargo
+/// would rebuild it from scratch (its paths differ); so does one older than a source file
+/// of the engine (cargo would rebuild it, where a copy of a fresh one takes seconds).
 pub fn built_for(dir: &Path, engine: &Path) -> bool {
-    engine_built_at(dir, engine).is_some()
+    engine_built_at(dir, engine).is_some_and(|(_, fresh)| fresh)
 }
 
 /// When the engine in slot directory `dir` was built, if it was built from the crate at
-/// `engine`: the modification time of the dylib evcxr loads,
+/// `engine`, and whether it is fresh: the modification time of the dylib evcxr loads,
 /// `target/<triple>/debug/deps/libjax.so`, whose dep-info file beside it (`jax.d`, written
-/// by rustc) lists `engine`'s `src/lib.rs`. (evcxr's `Cargo.toml` in the slot does not
-/// tell: a session rewrites it without the engine while it starts, and a `--no-prelude`
-/// session leaves it so.)
-fn engine_built_at(dir: &Path, engine: &Path) -> Option<std::time::SystemTime> {
+/// by rustc) lists `engine`'s `src/lib.rs`; fresh when no source file listed there is
+/// newer than the dylib or missing (cargo's own test, by modification times). (evcxr's
+/// `Cargo.toml` in the slot does not tell: a session rewrites it without the engine while
+/// it starts, and a `--no-prelude` session leaves it so.)
+fn engine_built_at(dir: &Path, engine: &Path) -> Option<(std::time::SystemTime, bool)> {
     let source = engine.join("src").join("lib.rs").display().to_string();
     std::fs::read_dir(dir.join("target")).ok()?.flatten().find_map(|e| {
         let deps = e.path().join("debug").join("deps");
         let built = std::fs::metadata(deps.join("libjax.so")).ok()?.modified().ok()?;
         let d = std::fs::read_to_string(deps.join("jax.d")).ok()?;
-        d.lines().next().is_some_and(|l| l.split(' ').any(|w| w == source)).then_some(built)
+        let first = d.lines().next()?;
+        let sources: Vec<&str> = first.split(' ').skip(1).filter(|w| !w.is_empty()).collect();
+        if !sources.contains(&source.as_str()) {
+            return None;
+        }
+        let fresh = sources.iter().all(|f| std::fs::metadata(f).and_then(|m| m.modified()).is_ok_and(|t| t <= built));
+        Some((built, fresh))
     })
 }
 
@@ -305,7 +314,17 @@ mod tests {
     fn a_cold_slot_is_seeded_from_a_warm_one_with_its_modification_times() {
         let root = std::env::temp_dir().join(format!("jaxrepl-seed-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        let engine = Path::new("/clone/engine");
+        // Two clones' engine sources, last edited 10 days ago.
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(864_000);
+        let (engine_dir, other_dir) = (root.join("engines/clone/engine"), root.join("engines/other/engine"));
+        for e in [&engine_dir, &other_dir] {
+            for f in ["src/lib.rs", "src/trace/mod.rs"] {
+                std::fs::create_dir_all(e.join(f).parent().unwrap()).unwrap();
+                std::fs::write(e.join(f), b"//").unwrap();
+                File::options().write(true).open(e.join(f)).unwrap().set_modified(old).unwrap();
+            }
+        }
+        let (engine, other) = (engine_dir.as_path(), other_dir.as_path());
         let deps = "target/x86_64-unknown-linux-gnu/debug/deps";
         let lib = format!("{deps}/libjax.so");
         // A slot as a session of the engine at `engine` leaves it: the dylib, rustc's
@@ -327,7 +346,7 @@ mod tests {
         // No other slot has a build directory: nothing to seed from.
         assert_eq!(a.seed(engine), None);
         let when = build(a.dir(), engine, b"engine", 7200);
-        assert!(built_for(a.dir(), engine) && !built_for(a.dir(), Path::new("/other/engine")));
+        assert!(built_for(a.dir(), engine) && !built_for(a.dir(), other));
         // Donor held by a live session.
         let b = Slot::acquire(&root).unwrap();
         assert_eq!(b.seed(engine).as_deref(), Some(a.dir()));
@@ -337,7 +356,7 @@ mod tests {
         assert_eq!(b.seed(engine), None);
         assert!(!std::fs::read_dir(b.dir()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("target.seed-")));
         // Slot 1 now holds another clone's engine: neither warm for `engine` nor a donor.
-        build(b.dir(), Path::new("/other/engine"), b"other", 10);
+        build(b.dir(), other, b"other", 10);
         let c = Slot::acquire(&root).unwrap();
         assert_eq!(c.index(), 2);
         // What a first build cut short left is replaced; while cargo builds in the donor
@@ -362,6 +381,15 @@ mod tests {
         assert_eq!(b.seed(engine).as_deref(), Some(root.join("slot-2").as_path()));
         let d = Slot::acquire(&root).unwrap();
         assert_eq!(d.index(), 2);
+        // The engine's sources change: every slot's engine is stale, and nothing is copied
+        // until one slot has rebuilt it (slot 2 here); then a stale slot takes its copy.
+        std::fs::write(engine_dir.join("src/trace/mod.rs"), b"// edited").unwrap();
+        assert!(!built_for(a.dir(), engine) && !built_for(d.dir(), engine));
+        assert_eq!(b.seed(engine), None);
+        build(d.dir(), engine, b"rebuilt", 0);
+        assert!(built_for(d.dir(), engine));
+        assert_eq!(b.seed(engine).as_deref(), Some(d.dir()));
+        assert_eq!(std::fs::read(b.dir().join(&lib)).unwrap(), b"rebuilt");
         // A stale partial copy is removed when its slot is next taken.
         drop(a);
         let stale = root.join("slot-0/target.seed-1");
