@@ -59,9 +59,7 @@ impl Slot {
                 .write(true)
                 .open(&lock_path)
                 .with_context(|| format!("opening {}", lock_path.display()))?;
-            // SAFETY: flock on a descriptor we own; no memory is involved.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc != 0 {
+            if !try_lock(&file) {
                 continue;
             }
             let dir = root.join(format!("slot-{index}"));
@@ -133,8 +131,8 @@ impl Slot {
                 .read(true)
                 .write(true)
                 .open(root.join(format!("slot-{index}.lock")))
-                // SAFETY: flock on a descriptor we own (released when it closes, at once).
-                .is_ok_and(|f| unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0);
+                // Released when the file closes, at once.
+                .is_ok_and(|f| try_lock(&f));
             donors.push((held, std::cmp::Reverse(built), dir));
         }
         donors.sort();
@@ -191,6 +189,23 @@ fn engine_built_at(dir: &Path, engine: &Path) -> Option<(std::time::SystemTime, 
     })
 }
 
+/// An exclusive `flock` on `file`, taken without waiting: whether it was taken (it is
+/// released when the file closes).
+fn try_lock(file: &File) -> bool {
+    // SAFETY: flock on a descriptor the caller owns; no memory is involved.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// The profile directories of cargo build directory `target` that exist: `target/debug`
+/// and `target/<triple>/debug` (evcxr builds for an explicit triple).
+fn profile_dirs(target: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(target) else { return vec![] };
+    let mut dirs = vec![target.join("debug")];
+    dirs.extend(entries.flatten().map(|e| e.path().join("debug")));
+    dirs.retain(|d| d.is_dir());
+    dirs
+}
+
 /// How long [`Slot::seed`] waits for a donor's cargo to finish building (it would
 /// otherwise build the engine itself, which takes as long).
 pub const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(900);
@@ -201,16 +216,13 @@ pub const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(900);
 /// cargo) while cargo builds there, at most [`SEED_WAIT`]: `None` after that. The locks are
 /// released when the returned files drop.
 fn cargo_locks(target: &Path) -> Option<Vec<File>> {
-    let mut dirs = vec![target.join("debug")];
-    dirs.extend(std::fs::read_dir(target).ok()?.flatten().map(|e| e.path().join("debug")));
-    let paths: Vec<PathBuf> = dirs.iter().map(|d| d.join(".cargo-lock")).filter(|l| l.is_file()).collect();
+    let paths: Vec<PathBuf> = profile_dirs(target).iter().map(|d| d.join(".cargo-lock")).filter(|l| l.is_file()).collect();
     let deadline = std::time::Instant::now() + SEED_WAIT;
     loop {
         let mut locks = vec![];
         for lock in &paths {
             let f = OpenOptions::new().read(true).write(true).open(lock).ok()?;
-            // SAFETY: flock on a descriptor we own; no memory is involved.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            if !try_lock(&f) {
                 break;
             }
             locks.push(f);
@@ -240,12 +252,7 @@ const ENGINE_CRATES: &[&str] = &["jax", "jax_derive", "ctx"];
 /// (a file vanished, no permission) only skip that entry: pruning never fails a session.
 pub fn prune(dir: &Path) -> Vec<PathBuf> {
     let mut removed = Vec::new();
-    let target = dir.join("target");
-    let Ok(entries) = std::fs::read_dir(&target) else { return removed };
-    // `target/debug` and `target/<triple>/debug` (evcxr builds for an explicit triple).
-    let mut profiles = vec![target.join("debug")];
-    profiles.extend(entries.flatten().map(|e| e.path().join("debug")));
-    for profile in profiles.into_iter().filter(|p| p.is_dir()) {
+    for profile in profile_dirs(&dir.join("target")) {
         prune_older(&profile.join("incremental"), |name, is_dir| is_dir.then(|| hashed_stem(name).map(str::to_string)).flatten(), &mut removed);
         prune_older(&profile.join("deps"), |name, is_dir| (!is_dir).then(|| engine_artefact(name)).flatten(), &mut removed);
     }
